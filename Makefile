@@ -1,0 +1,36 @@
+# One command sets everything up and runs the job; the venv is rebuilt when the lock changes.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint report paper bench clean
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+run: $(STAMP)  ## the main job: score the reference rules on the held-out task
+	$(BIN)/faultbench run --diagnoser always-healthy --task synthetic
+
+test: $(STAMP)  ## the full test suite
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)  ## ruff (lint + format check) and mypy on the library
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info
+
+report: $(STAMP)  ## regenerate results/ from stored runs (trains only what is missing)
+	$(BIN)/faultbench report
+
+paper: $(STAMP)  ## build the paper from paper/ and results/
+	$(BIN)/faultbench paper
+
+bench: $(STAMP)  ## the performance ratios
+	$(BIN)/faultbench bench

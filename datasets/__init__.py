@@ -1,0 +1,8 @@
+"""The tasks that ship with faultbench (installed as ``faultbench.datasets``)."""
+
+from __future__ import annotations
+
+from faultbench.datasets.digits import build_digits
+from faultbench.datasets.synthetic import build_synthetic
+
+__all__ = ["build_digits", "build_synthetic"]

@@ -1,0 +1,68 @@
+"""``faultbench run``: score a diagnoser on a task and print the confusion matrix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pandas as pd
+
+from faultbench.commands.common import add_execution_arguments, engine_from, positive_int, store_from
+from faultbench.evaluate import Report, evaluate
+
+NAME = "run"
+HELP = "score a diagnoser on every condition of a task"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``run``."""
+    parser.add_argument("--diagnoser", required=True, help="registered name or module:Class (imports and runs that module)")
+    parser.add_argument("--task", required=True, help="task name (see `faultbench list`)")
+    parser.add_argument("--seeds", type=positive_int, default=5, help="seeds per condition (default: 5)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    add_execution_arguments(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Evaluate, then print."""
+    from faultbench.diagnosis import get_diagnoser
+    from faultbench.tasks import get_task
+
+    diagnoser = get_diagnoser(args.diagnoser)  # validate names before starting workers
+    task = get_task(args.task)
+    engine = engine_from(args)
+    try:
+        report = evaluate(diagnoser, task, seeds=args.seeds, store=store_from(args), engine=engine, timeout=args.timeout)
+    finally:
+        engine.close()
+    for note in report.notes:
+        print(f"faultbench: note: {note}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.to_dict(), allow_nan=False, default=str))
+    else:
+        print(render(report))
+    return 0
+
+
+def render(report: Report) -> str:
+    """The human-readable report."""
+    kind = "tuned-on" if report.tuned else "held-out"
+    lines = [
+        f"{report.diagnoser} on {report.task} ({kind}; tuned on: {', '.join(report.tuned_on) or 'nothing'})",
+        "",
+        _matrix(report.confusion),
+        "",
+        f"{report.correct}/{report.total} correct ({kind})",
+        "per seed: " + ", ".join(f"seed {s}: {int(r.correct)}/{int(r.total)}" for s, r in report.seed_scores.iterrows()),
+        f"probe steps per diagnosis: {report.mean_probe_steps:.0f} (training steps per run: {report.mean_train_steps:.0f})",
+        f"runs trained now: {report.trained} of {report.total}",
+    ]
+    if report.failures:
+        lines.append("failed answers (counted wrong): " + ", ".join(f"{k}: {v}" for k, v in sorted(report.failures.items())))
+    return "\n".join(lines)
+
+
+def _matrix(frame: pd.DataFrame) -> str:
+    with pd.option_context("display.width", 250, "display.max_columns", 50):
+        return frame.to_string()

@@ -1,0 +1,141 @@
+"""Diagnosers and their answers; the registry the CLI resolves names against."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+from faultbench.errors import FaultbenchError, unknown_name
+from faultbench.registry import Registry
+from faultbench.run import Run
+
+UNKNOWN = "unknown"  # a diagnoser's way to say "I cannot tell"
+ENTRY_POINT_GROUP = "faultbench.diagnosers"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A diagnoser's answer about one run."""
+
+    label: str  # a condition name (a fault or "healthy"), or "unknown"
+    confidence: float | None = None  # in [0, 1] where the diagnoser can say
+    evidence: Mapping[str, Any] = field(default_factory=dict)  # the numbers that decided it
+
+    def __post_init__(self) -> None:
+        if self.confidence is not None and not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence must be in [0, 1]; got {self.confidence}")
+
+
+@runtime_checkable
+class Diagnoser(Protocol):
+    """Anything with a ``name``, a ``tuned_on`` set and ``diagnose(run)``."""
+
+    name: str
+    tuned_on: frozenset[str] | set[str]
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        """Name what is wrong with ``run``."""
+        ...
+
+
+#: Shipped and registered diagnosers: name -> zero-argument factory.
+DIAGNOSERS: Registry[Callable[[], Diagnoser]] = Registry("diagnoser")
+
+
+def is_diagnoser(obj: object) -> bool:
+    """Whether ``obj`` has what a diagnoser needs."""
+    return (
+        isinstance(getattr(obj, "name", None), str)
+        and isinstance(getattr(obj, "tuned_on", None), (set, frozenset))
+        and callable(getattr(obj, "diagnose", None))
+    )
+
+
+def get_diagnoser(diagnoser: str | Diagnoser) -> Diagnoser:
+    """Resolve a diagnoser object, a registered name, or ``module:Class``.
+
+    ``module:Class`` imports that module, which runs its code: use it only with
+    code you trust.
+
+    Raises:
+        FaultbenchError: unknown name, a module that does not import, or an
+            object that is not a diagnoser.
+    """
+    if not isinstance(diagnoser, str):
+        return _checked(diagnoser, repr(diagnoser))
+    if ":" in diagnoser:
+        return _checked(_import(diagnoser), diagnoser)
+    _load_builtin()
+    if diagnoser not in DIAGNOSERS:
+        _load_entry_points()
+    return _checked(DIAGNOSERS.get(diagnoser)(), diagnoser)
+
+
+def diagnoser_names() -> list[str]:
+    """Registered names, including installed plug-ins' entry points."""
+    _load_builtin()
+    _load_entry_points()
+    return DIAGNOSERS.names()
+
+
+def _checked(obj: object, where: str) -> Diagnoser:
+    if not is_diagnoser(obj):
+        raise FaultbenchError(
+            f"'{where}' is not a diagnoser: expected an object with a str 'name', a set "
+            f"'tuned_on' and a 'diagnose(run)' method; got {type(obj).__name__}"
+        )
+    return obj  # type: ignore[return-value]
+
+
+def _import(spec: str) -> object:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure is the user's input
+        raise FaultbenchError(
+            f"Cannot import '{module_name}' from '{spec}': {type(exc).__name__}: {exc}"
+        ) from None
+    if not hasattr(module, attr):
+        public = [n for n in dir(module) if not n.startswith("_")]
+        raise unknown_name(f"attribute of module '{module_name}'", attr, public)
+    obj = getattr(module, attr)
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise FaultbenchError(
+                f"Cannot build '{spec}' with no arguments: {type(exc).__name__}: {exc}"
+            ) from None
+    return obj
+
+
+def _load_builtin() -> None:
+    import faultbench.diagnosers  # noqa: F401  (registers the shipped diagnosers)
+
+
+_entry_points_loaded = False
+
+
+def _load_entry_points() -> None:
+    # Loaded only when a name is asked for, never at import (a broken plug-in
+    # must not break `import faultbench`).
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in DIAGNOSERS:
+            DIAGNOSERS.add(ep.name, lambda ep=ep: _checked(_instantiate(ep.load()), ep.value))
+
+
+def _instantiate(obj: object) -> object:
+    return obj() if isinstance(obj, type) else obj
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value`` if finite, else None (for evidence that must stay JSON-clean)."""
+    return value if math.isfinite(value) else None

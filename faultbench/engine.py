@@ -1,0 +1,187 @@
+"""Where training runs execute: in-process, a local process pool, or Dask.
+
+Workers only compute: they return records and the driver writes them, so a
+store never sees two writers. Every engine streams results as they finish.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Protocol, TypeVar
+
+from faultbench.errors import FaultbenchError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_RETRIES = 2  # a task whose worker died is retried this many times, then fails
+
+
+class WorkerDied(RuntimeError):
+    """The process running a task died (killed, out of memory, segfault)."""
+
+
+class Engine(Protocol):
+    """Runs ``fn`` over items, yielding (item, result or exception) as each finishes."""
+
+    name: str
+
+    def map_unordered(
+        self, fn: Callable[[T], R], items: Iterable[T]
+    ) -> Iterator[tuple[T, R | BaseException]]:
+        """Run ``fn`` on every item; exceptions are returned, not raised."""
+        ...
+
+    def close(self) -> None:
+        """Release workers."""
+        ...
+
+
+def _init_worker() -> None:
+    # One torch thread per process: N processes on N cores beat N*N threads.
+    import torch
+
+    torch.set_num_threads(1)
+
+
+class SerialEngine:
+    """Runs everything in the calling process, one item at a time."""
+
+    name = "serial"
+
+    def map_unordered(
+        self, fn: Callable[[T], R], items: Iterable[T]
+    ) -> Iterator[tuple[T, R | BaseException]]:
+        """Run in order, in this process."""
+        for item in items:
+            try:
+                yield item, fn(item)
+            except Exception as exc:
+                yield item, exc
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class LocalEngine:
+    """A pool of worker processes on this machine (one per core by default)."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers or max(1, len(os.sched_getaffinity(0)))
+
+    def _pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+        )
+
+    def map_unordered(
+        self, fn: Callable[[T], R], items: Iterable[T]
+    ) -> Iterator[tuple[T, R | BaseException]]:
+        """Stream results as workers finish; retry tasks whose worker died."""
+        pending = list(items)
+        deaths: dict[int, int] = {}
+        while pending:
+            pool = self._pool()
+            futures: dict[Future[R], int] = {}
+            try:
+                futures = {pool.submit(fn, item): i for i, item in enumerate(pending)}
+                retry: list[T] = []
+                waiting = set(futures)
+                while waiting:
+                    done, waiting = wait(waiting, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        item = pending[futures[future]]
+                        exc = future.exception()
+                        if isinstance(exc, BrokenProcessPool):
+                            n = deaths[id(item)] = deaths.get(id(item), 0) + 1
+                            if n > MAX_RETRIES:
+                                yield item, WorkerDied(f"worker died {n} times: {exc}")
+                            else:
+                                retry.append(item)
+                        else:
+                            yield item, exc if exc is not None else future.result()
+                pending = retry
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        """Pools are closed after each map."""
+
+
+class DaskEngine:
+    """A Dask distributed cluster: a new LocalCluster, or an existing scheduler."""
+
+    name = "dask"
+
+    def __init__(self, address: str | None = None, workers: int | None = None) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:  # pragma: no cover - dask is a declared dependency
+            raise FaultbenchError("--engine dask needs 'distributed' installed") from None
+        self._cluster = None
+        if address:
+            try:
+                self._client = Client(address, timeout="10s")
+            except OSError as exc:
+                raise FaultbenchError(
+                    f"Cannot reach the Dask scheduler at '{address}': {exc}"
+                ) from None
+        else:
+            n = workers or max(1, len(os.sched_getaffinity(0)))
+            self._cluster = LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+            )
+            self._client = Client(self._cluster)
+        self._client.run(_init_worker)
+
+    def map_unordered(
+        self, fn: Callable[[T], R], items: Iterable[T]
+    ) -> Iterator[tuple[T, R | BaseException]]:
+        """Submit everything; yield as the scheduler reports completions."""
+        from distributed import as_completed
+
+        items = list(items)
+        futures = self._client.map(fn, items, pure=False, retries=MAX_RETRIES)
+        index = {f.key: i for i, f in enumerate(futures)}
+        for future in as_completed(futures):
+            item = items[index[future.key]]
+            try:
+                yield item, future.result()
+            except Exception as exc:
+                yield item, exc
+
+    def close(self) -> None:
+        """Close the client and any cluster this engine started."""
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+ENGINES = ("local", "serial", "dask")
+
+
+def make_engine(name: str = "local", *, workers: int | None = None, address: str | None = None) -> Any:
+    """Build an engine by name.
+
+    Raises:
+        FaultbenchError: unknown engine name, or ``workers`` below 1.
+    """
+    if workers is not None and workers < 1:
+        raise FaultbenchError(f"workers must be at least 1; got {workers}")
+    if name == "local":
+        return LocalEngine(workers)
+    if name == "serial":
+        return SerialEngine()
+    if name == "dask":
+        return DaskEngine(address, workers)
+    from faultbench.errors import unknown_name
+
+    raise unknown_name("engine", name, ENGINES)

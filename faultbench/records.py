@@ -1,0 +1,163 @@
+"""Run specs and run records, and their JSON form.
+
+A record is what one training attempt produced, with the spec it answers.
+JSON has no NaN or infinity, and a diverged run is full of them, so
+non-finite floats are written as ``{"$float": "nan"}`` and read back exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from faultbench.faults import Condition
+from faultbench.trace import RunConfig, Trace
+
+SCHEMA = 1  # bump when the record layout changes; older records are re-run
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the grid: which task, which condition, which seed."""
+
+    task: str  # task name
+    task_fingerprint: str  # hash of the task's arrays and defaults
+    condition: Condition  # what is broken
+    seed: int  # the run's seed
+
+    @property
+    def slug(self) -> str:
+        """A path-safe name of the condition with its severities."""
+        parts = [name if sev is None else f"{name}@{sev:g}" for name, sev in self.condition.faults]
+        return "+".join(parts) or "healthy"
+
+    def key(self) -> str:
+        """The cache key: spec plus the version of every piece of code it runs."""
+        payload = {
+            "task": self.task,
+            "task_fingerprint": self.task_fingerprint,
+            "condition": [list(pair) for pair in self.condition.faults],
+            "seed": self.seed,
+            "code": code_version(),
+            "faults": self.condition.source_hash(),
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "task": self.task,
+            "task_fingerprint": self.task_fingerprint,
+            "condition": [list(pair) for pair in self.condition.faults],
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        """Inverse of :meth:`to_dict`."""
+        faults = tuple((str(n), None if s is None else float(s)) for n, s in data["condition"])
+        return cls(data["task"], data["task_fingerprint"], Condition(faults), int(data["seed"]))
+
+
+@cache
+def code_version() -> str:
+    """Hash of the code every run goes through (loop, model, monitor, trace)."""
+    from faultbench import loop, model, monitor, trace
+
+    digest = hashlib.sha256()
+    for module in (loop, model, monitor, trace):
+        digest.update(inspect.getsource(module).encode())
+    return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True, eq=False)
+class RunRecord:
+    """One training attempt: its spec, and its trace or the reason it failed."""
+
+    spec: RunSpec  # what was run
+    key: str  # the cache key it is stored under
+    attempt: str  # unique id of this attempt; a rerun gets a new one
+    status: str  # "ok" or "failed"
+    seconds: float  # training wall time
+    trace: Trace | None = None  # None when the attempt failed
+    config: RunConfig | None = None  # None when the attempt failed
+    error: str = ""  # why it failed
+    code_version: str = ""  # code_version() when it ran
+    created: str = ""  # UTC time it was written
+    host: str = ""  # machine that trained it
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run trained to the end."""
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, schema version first."""
+        return {
+            "schema": SCHEMA,
+            "kind": "faultbench.run",
+            "key": self.key,
+            "attempt": self.attempt,
+            "status": self.status,
+            "spec": self.spec.to_dict(),
+            "seconds": self.seconds,
+            "config": self.config.to_dict() if self.config else None,
+            "trace": self.trace.to_dict() if self.trace else None,
+            "error": self.error,
+            "code_version": self.code_version,
+            "created": self.created,
+            "host": self.host,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        """Inverse of :meth:`to_dict`; raises ValueError on a wrong schema."""
+        if data.get("kind") != "faultbench.run":
+            raise ValueError("not a faultbench run record")
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"stored in schema {data.get('schema')!r}, expected {SCHEMA}")
+        return cls(
+            spec=RunSpec.from_dict(data["spec"]),
+            key=data["key"],
+            attempt=data["attempt"],
+            status=data["status"],
+            seconds=float(data["seconds"]),
+            trace=Trace.from_dict(data["trace"]) if data["trace"] else None,
+            config=RunConfig.from_dict(data["config"]) if data["config"] else None,
+            error=data.get("error", ""),
+            code_version=data.get("code_version", ""),
+            created=data.get("created", ""),
+            host=data.get("host", ""),
+        )
+
+
+def dumps(obj: Any) -> str:
+    """JSON text with non-finite floats encoded, never bare NaN."""
+    return json.dumps(_encode(obj), allow_nan=False, separators=(",", ":"))
+
+
+def loads(text: str) -> Any:
+    """Inverse of :func:`dumps`."""
+    return json.loads(text, object_hook=_decode_object)
+
+
+def _encode(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}
+    if isinstance(obj, dict):
+        return {str(k): _encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(v) for v in obj]
+    return obj
+
+
+def _decode_object(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and "$float" in obj and obj["$float"] in _NONFINITE:
+        return _NONFINITE[obj["$float"]]
+    return obj

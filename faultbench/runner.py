@@ -1,0 +1,94 @@
+"""Makes sure every run of a grid has a record: loads what is stored, trains the rest."""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from faultbench.engine import Engine, SerialEngine
+from faultbench.faults import base_setup
+from faultbench.loop import train
+from faultbench.records import RunRecord, RunSpec, code_version
+from faultbench.store import Store
+from faultbench.tasks import TASKS, Task, get_task
+
+
+@dataclass(frozen=True, eq=False)
+class TrainJob:
+    """What a worker needs to train one run."""
+
+    spec: RunSpec  # the run
+    task: Task | None  # None for registered tasks: the worker rebuilds them by name
+
+
+def train_record(job: TrainJob) -> RunRecord:
+    """Train one run and return its record (never raises for a failing run)."""
+    start = time.perf_counter()
+    spec = job.spec
+    try:
+        task = job.task or get_task(spec.task)
+        result = train(spec.condition.apply(base_setup(task, spec.seed)))
+    except Exception as exc:
+        return _failed(spec, f"{type(exc).__name__}: {exc}", time.perf_counter() - start,
+                       traceback.format_exc(limit=3))
+    return RunRecord(
+        spec=spec,
+        key=spec.key(),
+        attempt="",
+        status="ok",
+        seconds=result.seconds,
+        trace=result.trace,
+        config=result.config,
+        code_version=code_version(),
+    )
+
+
+def _failed(spec: RunSpec, message: str, seconds: float, detail: str = "") -> RunRecord:
+    return RunRecord(
+        spec=spec,
+        key=spec.key(),
+        attempt="",
+        status="failed",
+        seconds=seconds,
+        error=f"{message}\n{detail}".strip(),
+        code_version=code_version(),
+    )
+
+
+def ensure_records(
+    specs: Sequence[RunSpec],
+    task: Task,
+    *,
+    store: Store,
+    engine: Engine | None = None,
+    progress: bool | None = None,
+) -> Iterator[tuple[RunSpec, RunRecord, bool]]:
+    """Yield (spec, record, trained_now) for every spec, stored ones first.
+
+    Trained records are written by this (driver) process as they arrive.
+    """
+    missing = []
+    for spec in specs:
+        record = store.load(spec)
+        if record is None:
+            missing.append(spec)
+        else:
+            yield spec, record, False
+    if not missing:
+        return
+    registered = task.name in TASKS and get_task(task.name) is task
+    jobs = [TrainJob(spec, None if registered else task) for spec in missing]
+    engine = engine or SerialEngine()
+    show = sys.stderr.isatty() if progress is None else progress
+    with tqdm(total=len(jobs), desc=f"training {task.name}", unit="run", disable=not show) as bar:
+        for job, result in engine.map_unordered(train_record, jobs):
+            if isinstance(result, BaseException):
+                result = _failed(job.spec, f"{type(result).__name__}: {result}", 0.0)
+            store.save(result)
+            bar.update()
+            yield job.spec, result, True

@@ -1,0 +1,213 @@
+"""Tasks: a labelled data set split and normalized once, plus the training defaults.
+
+A task is the thing a diagnoser may be *tuned on*; keeping its name stable is
+what lets a report say "tuned-on" or "held-out" honestly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from faultbench.errors import FaultbenchError
+from faultbench.registry import Registry
+
+
+@dataclass(frozen=True)
+class TrainDefaults:
+    """How a healthy run of a task is trained."""
+
+    hidden: int = 64  # width of the single ReLU hidden layer
+    lr: float = 1e-3  # Adam's learning rate, a working rate for these tasks
+    batch_size: int = 32  # examples per update
+    steps: int = 600  # optimizer updates per run
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """A classification task: normalized train/validation arrays and defaults.
+
+    Build one with :meth:`from_arrays`; registered tasks are built by
+    ``faultbench.datasets`` and looked up by name with :func:`get_task`.
+    """
+
+    name: str  # how reports and ``tuned_on`` refer to the task
+    X_train: np.ndarray  # float32, normalized with training statistics
+    y_train: np.ndarray  # int64 class indices
+    X_val: np.ndarray  # float32, normalized with the same statistics
+    y_val: np.ndarray  # int64 class indices
+    classes: tuple[Any, ...]  # original label of each class index
+    defaults: TrainDefaults = field(default_factory=TrainDefaults)
+
+    @property
+    def n_classes(self) -> int:
+        """Number of classes."""
+        return len(self.classes)
+
+    @property
+    def n_features(self) -> int:
+        """Number of input features."""
+        return int(self.X_train.shape[1])
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the arrays and defaults: part of every run's cache key."""
+        return _fingerprint(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Task({self.name!r}, train={len(self.y_train)}, val={len(self.y_val)}, "
+            f"features={self.n_features}, classes={self.n_classes})"
+        )
+
+    @classmethod
+    def from_arrays(
+        cls,
+        name: str,
+        X: Any,
+        y: Sequence[Hashable] | np.ndarray,
+        *,
+        val_fraction: float = 0.2,
+        split_seed: int = 0,
+        defaults: TrainDefaults | None = None,
+    ) -> Task:
+        """Turn a user's arrays into a task with the benchmark's split and scaling.
+
+        Args:
+            name: The task's name in reports.
+            X: A 2-D array of finite numbers, one row per example.
+            y: One label per row, of any hashable type (strings are fine).
+            val_fraction: Share of examples held out for validation.
+            split_seed: Seed of the stratified split.
+            defaults: Training defaults; the benchmark's when omitted.
+
+        Returns:
+            The task.
+
+        Raises:
+            FaultbenchError: X is not 2-D or not finite, lengths differ, there is
+                a single class, or fewer examples than classes.
+        """
+        X_arr, labels = _validated(X, y)
+        classes, y_idx = _encode_labels(labels)
+        X_tr, X_va, y_tr, y_va = _split(X_arr, y_idx, val_fraction, split_seed)
+        mean = X_tr.mean(axis=0)
+        std = X_tr.std(axis=0)
+        std[std == 0] = 1.0  # constant features (digits' blank corners) stay at 0
+        return cls(
+            name=name,
+            X_train=((X_tr - mean) / std).astype(np.float32),
+            y_train=y_tr.astype(np.int64),
+            X_val=((X_va - mean) / std).astype(np.float32),
+            y_val=y_va.astype(np.int64),
+            classes=classes,
+            defaults=defaults or TrainDefaults(),
+        )
+
+
+def _validated(X: Any, y: Any) -> tuple[np.ndarray, list[Hashable]]:
+    try:
+        X_arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise FaultbenchError(f"X must be a 2-D array of numbers; got {exc}") from None
+    if X_arr.ndim != 2:
+        raise FaultbenchError(f"X must be 2-D (examples x features); got shape {X_arr.shape}")
+    labels = list(np.asarray(y, dtype=object).reshape(-1)) if np.ndim(y) else []
+    if np.ndim(y) != 1:
+        raise FaultbenchError(f"y must be 1-D, one label per row; got {np.ndim(y)}-D")
+    if len(labels) != len(X_arr):
+        raise FaultbenchError(
+            f"X has {len(X_arr)} rows but y has {len(labels)} labels; expected equal lengths"
+        )
+    bad = ~np.isfinite(X_arr)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise FaultbenchError(
+            f"X must be finite; found {X_arr[row, col]} at row {row}, column {col} "
+            f"({int(bad.sum())} non-finite values in all)"
+        )
+    n_classes = len(set(labels))
+    if n_classes < 2:
+        raise FaultbenchError(f"y has {n_classes} class; expected at least 2 classes")
+    if len(labels) < n_classes:
+        raise FaultbenchError(
+            f"{len(labels)} examples for {n_classes} classes; expected at least one per class"
+        )
+    return X_arr, labels
+
+
+def _encode_labels(labels: list[Hashable]) -> tuple[tuple[Any, ...], np.ndarray]:
+    unique = list(dict.fromkeys(labels))  # first-appearance order for unsortable mixes
+    try:
+        unique = sorted(unique)  # type: ignore[type-var]
+    except TypeError:
+        pass
+    index = {label: i for i, label in enumerate(unique)}
+    classes = tuple(u.item() if isinstance(u, np.generic) else u for u in unique)
+    return classes, np.array([index[label] for label in labels], dtype=np.int64)
+
+
+def _split(
+    X: np.ndarray, y: np.ndarray, val_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    if not 0.0 < val_fraction < 1.0:
+        raise FaultbenchError(f"val_fraction must be in (0, 1); got {val_fraction}")
+    counts = np.bincount(y)
+    n_val = max(1, int(round(len(y) * val_fraction)))
+    # Stratify when the data allow it (every class twice, room for each class on both sides).
+    can_stratify = counts.min() >= 2 and n_val >= len(counts) and len(y) - n_val >= len(counts)
+    if len(y) < 2:
+        raise FaultbenchError(f"{len(y)} example; expected at least 2 to split")
+    X_tr, X_va, y_tr, y_va = train_test_split(
+        X, y, test_size=n_val, random_state=seed, stratify=y if can_stratify else None
+    )
+    return X_tr, X_va, y_tr, y_va
+
+
+def _fingerprint(task: Task) -> str:
+    cached = task.__dict__.get("_fingerprint")
+    if cached is not None:
+        return str(cached)
+    digest = hashlib.sha256()
+    for arr in (task.X_train, task.y_train, task.X_val, task.y_val):
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    digest.update(repr((task.name, task.classes, task.defaults)).encode())
+    value = digest.hexdigest()[:16]
+    object.__setattr__(task, "_fingerprint", value)  # frozen, but a pure cache
+    return value
+
+
+#: Registered task builders, looked up by name.
+TASKS: Registry[Callable[[], Task]] = Registry("task")
+
+
+def get_task(task: str | Task) -> Task:
+    """Return ``task`` itself, or build the registered task of that name (once)."""
+    if isinstance(task, Task):
+        return task
+    if not isinstance(task, str):
+        raise FaultbenchError(f"task must be a name or a Task; got {type(task).__name__}")
+    _load_builtin_tasks()
+    builder = TASKS.get(task)
+    return _built(task, builder)
+
+
+@cache
+def _built(name: str, builder: Callable[[], Task]) -> Task:
+    return builder()
+
+
+def task_names() -> list[str]:
+    """Names of the registered tasks."""
+    _load_builtin_tasks()
+    return TASKS.names()
+
+
+def _load_builtin_tasks() -> None:
+    import faultbench.datasets  # noqa: F401  (registers the shipped tasks)

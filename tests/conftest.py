@@ -1,0 +1,61 @@
+"""Shared fixtures: one trained grid per session, and a private record store.
+
+Training is the slow part of the suite, so the canonical digits grid (three
+seeds) is trained once, in parallel, and every test reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from faultbench.engine import LocalEngine
+from faultbench.faults import canonical_conditions
+from faultbench.records import RunRecord, RunSpec
+from faultbench.runner import ensure_records
+from faultbench.store import Store
+from faultbench.tasks import get_task
+
+SIGNAL_SEEDS = 3  # the issue asks for each fault's signal over at least 3 seeds
+
+
+@pytest.fixture(autouse=True)
+def private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets an empty default store, never the user's cache."""
+    root = tmp_path / "store"
+    monkeypatch.setenv("FAULTBENCH_STORE", str(root))
+    return root
+
+
+def _train_grid(root: Path, task_name: str, seeds: int) -> dict[tuple[str, int], RunRecord]:
+    task = get_task(task_name)
+    specs = [
+        RunSpec(task.name, task.fingerprint, cond, seed)
+        for cond in canonical_conditions()
+        for seed in range(seeds)
+    ]
+    engine = LocalEngine(workers=2)
+    store = Store(root)
+    return {
+        (spec.condition.name, spec.seed): record
+        for spec, record, _ in ensure_records(specs, task, store=store, engine=engine)
+    }
+
+
+@pytest.fixture(scope="session")
+def shared_store_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding the digits grid for seeds 0..2 (trained on first use)."""
+    return tmp_path_factory.mktemp("shared-store")
+
+
+@pytest.fixture(scope="session")
+def digits_grid(shared_store_root: Path) -> dict[tuple[str, int], RunRecord]:
+    """(condition, seed) -> record for the canonical digits grid, seeds 0..2."""
+    return _train_grid(shared_store_root, "digits", SIGNAL_SEEDS)
+
+
+@pytest.fixture(scope="session")
+def synthetic_grid(shared_store_root: Path) -> dict[tuple[str, int], RunRecord]:
+    """(condition, seed) -> record for the canonical synthetic grid, seeds 0..2."""
+    return _train_grid(shared_store_root, "synthetic", SIGNAL_SEEDS)
