@@ -7,6 +7,7 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from faultbench.errors import FaultbenchError
 
@@ -23,13 +24,22 @@ def _command_modules() -> list[str]:
     return [*FIRST, *(name for name in found if name not in FIRST)]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage dump), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="faultbench",
         description="Score training-failure diagnosers on runs broken on purpose.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
     for module_name in _command_modules():
         module = importlib.import_module(f"faultbench.commands.{module_name}")
         if not hasattr(module, "NAME"):

@@ -1,0 +1,61 @@
+"""Tasks: the shipped ones, their pinned data, and a user's own arrays."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+
+import faultbench as fb
+from faultbench.datasets.synthetic import synthetic_arrays
+from faultbench.tasks import TrainDefaults, task_names
+
+SYNTHETIC_SHA256 = "c005034b5472689c1c9ade8d748afa203cb2952b9e6896302918244bba4e5671"
+
+
+def test_synthetic_arrays_never_drift() -> None:
+    X, y = synthetic_arrays()
+    digest = hashlib.sha256(np.round(X, 6).tobytes() + y.astype(np.int64).tobytes()).hexdigest()
+    assert digest == SYNTHETIC_SHA256
+
+
+@pytest.mark.parametrize("name", task_names())
+def test_shipped_task_is_normalized_and_stratified(name: str) -> None:
+    task = fb.get_task(name)
+    assert np.isfinite(task.X_train).all() and np.isfinite(task.X_val).all()
+    assert np.allclose(task.X_train.mean(axis=0), 0, atol=1e-4)
+    assert set(np.unique(task.y_val)) == set(range(task.n_classes))
+    train_share = np.bincount(task.y_train) / len(task.y_train)
+    val_share = np.bincount(task.y_val) / len(task.y_val)
+    assert np.abs(train_share - val_share).max() < 0.02
+
+
+def test_tasks_differ_in_shape() -> None:
+    digits, synthetic = fb.get_task("digits"), fb.get_task("synthetic")
+    assert (digits.n_features, digits.n_classes) == (64, 10)
+    assert synthetic.n_features != digits.n_features
+    assert synthetic.n_classes != digits.n_classes
+
+
+def test_string_labels_map_to_indices() -> None:
+    iris = load_iris()
+    names = iris.target_names[iris.target]
+    task = fb.Task.from_arrays("iris", iris.data, names)
+    assert task.classes == ("setosa", "versicolor", "virginica")
+    assert task.y_train.dtype == np.int64 and set(task.y_train) == {0, 1, 2}
+    decoded = [task.classes[i] for i in task.y_train[:5]]
+    assert all(isinstance(label, str) for label in decoded)
+
+
+def test_from_arrays_task_runs_through_evaluate() -> None:
+    iris = load_iris()
+    task = fb.Task.from_arrays(
+        "iris", iris.data, iris.target_names[iris.target], defaults=TrainDefaults(steps=60)
+    )
+    report = fb.evaluate("always-healthy", task, seeds=1)
+    assert (report.correct, report.total) == (1, 10)
+    assert report.task == "iris" and report.tuned is False
+    assert list(report.confusion.index) == fb.condition_names()
+    assert report.results[0].train_steps == 60
