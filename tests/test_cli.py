@@ -20,8 +20,18 @@ def test_run_json_on_stored_runs(
     shared_store_root: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["run", "--diagnoser", "always-healthy", "--task", "synthetic", "--json",
-            "--seeds", str(SIGNAL_SEEDS), "--store", str(shared_store_root)]
+    argv = [
+        "run",
+        "--diagnoser",
+        "always-healthy",
+        "--task",
+        "synthetic",
+        "--json",
+        "--seeds",
+        str(SIGNAL_SEEDS),
+        "--store",
+        str(shared_store_root),
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["correct"], out["total"]) == (SIGNAL_SEEDS, 10 * SIGNAL_SEEDS)
@@ -37,8 +47,17 @@ def test_run_table_labels_tuned(
     shared_store_root: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["run", "--diagnoser", "random", "--task", "digits", "--seeds", str(SIGNAL_SEEDS),
-            "--store", str(shared_store_root)]
+    argv = [
+        "run",
+        "--diagnoser",
+        "random",
+        "--task",
+        "digits",
+        "--seeds",
+        str(SIGNAL_SEEDS),
+        "--store",
+        str(shared_store_root),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "held-out" in out and f"/{10 * SIGNAL_SEEDS} correct" in out
@@ -57,12 +76,18 @@ def test_list_shows_registries(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "--diagnoser", "always-healthy", "--task", "digts"],
-         "Unknown task 'digts'. Did you mean 'digits'?"),
-        (["run", "--diagnoser", "always-healty", "--task", "digits"],
-         "Unknown diagnoser 'always-healty'. Did you mean 'always-healthy'?"),
-        (["run", "--diagnoser", "random", "--task", "digits", "--seeds", "0"],
-         "expected an integer of at least 1; got 0"),
+        (
+            ["run", "--diagnoser", "always-healthy", "--task", "digts"],
+            "Unknown task 'digts'. Did you mean 'digits'?",
+        ),
+        (
+            ["run", "--diagnoser", "always-healty", "--task", "digits"],
+            "Unknown diagnoser 'always-healty'. Did you mean 'always-healthy'?",
+        ),
+        (
+            ["run", "--diagnoser", "random", "--task", "digits", "--seeds", "0"],
+            "expected an integer of at least 1; got 0",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv: list[str], message: str) -> None:

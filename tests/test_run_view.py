@@ -60,7 +60,9 @@ def test_run_reveals_no_condition(name: str, digits_grid: dict[tuple[str, int], 
         assert word.encode() not in blob, word
 
 
-def test_reachability_walk_would_catch_a_leak(digits_grid: dict[tuple[str, int], RunRecord]) -> None:
+def test_reachability_walk_would_catch_a_leak(
+    digits_grid: dict[tuple[str, int], RunRecord],
+) -> None:
     """The walk above is not vacuous: a run carrying its record is caught."""
     record = digits_grid[("dead_units", 0)]
     run = run_for(record, get_task("digits"))
