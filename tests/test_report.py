@@ -1,0 +1,191 @@
+"""`faultbench report`: tables from stored runs, identical twice, with the right numbers."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import norm
+
+from faultbench.cli import main
+from faultbench.commands.report import VOLATILE
+from faultbench.evaluate import Report, RunResult, evaluate
+from faultbench.faults import HEALTHY, condition_names
+from faultbench.figures import full_confusion
+from faultbench.records import RunRecord
+from faultbench.report import (
+    FINAL_WINDOW,
+    fault_table,
+    markdown_table,
+    mcnemar_table,
+    score_table,
+    wilson,
+)
+from faultbench.store import Store
+
+SEEDS = 2  # of the session grid's three: enough for a mean, an sd and a "last seed"
+BASELINES = ("always-healthy", "random")
+
+
+def _report(root: Path, out: Path) -> int:
+    argv = [
+        "report",
+        "--task",
+        "digits",
+        "--seeds",
+        str(SEEDS),
+        "--store",
+        str(root),
+        "--out",
+        str(out),
+    ]
+    for name in BASELINES:
+        argv += ["--diagnoser", name]
+    return main(argv)
+
+
+@pytest.fixture(scope="module")
+def results(
+    digits_grid: dict[tuple[str, int], RunRecord],
+    shared_store_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, Path]:
+    """Two reports written from the same stored digits runs."""
+    first, second = tmp_path_factory.mktemp("first"), tmp_path_factory.mktemp("second")
+    assert _report(shared_store_root, first) == 0
+    assert _report(shared_store_root, second) == 0
+    return first, second
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_second_report_is_identical_apart_from_provenance(results: tuple[Path, Path]) -> None:
+    first, second = (_files(r) for r in results)
+    assert first.keys() == second.keys()
+    stable = sorted(set(first) - set(VOLATILE))
+    assert {"faults.csv", "faults.md", "scores.csv", "scores.md", "mcnemar.csv"} <= set(stable)
+    assert [name for name in stable if first[name] != second[name]] == []
+
+
+def test_report_retrains_nothing_stored(results: tuple[Path, Path]) -> None:
+    for root in results:
+        assert "- runs trained by this report: 0\n" in (root / "README.md").read_text()
+
+
+def test_report_writes_every_figure(results: tuple[Path, Path]) -> None:
+    root = results[0]
+    expected = {f"confusion/{d}-digits.png" for d in BASELINES} | {"curves/digits.png"}
+    written = {str(p.relative_to(root)) for p in root.glob("*/*.png")}
+    assert written == expected
+    assert all((root / name).read_bytes()[:4] == b"\x89PNG" for name in expected)
+
+
+@pytest.mark.parametrize("condition", condition_names())
+def test_fault_row_matches_the_records(
+    condition: str, digits_grid: dict[tuple[str, int], RunRecord]
+) -> None:
+    grid = {(c, s): r for (c, s), r in digits_grid.items() if s < SEEDS}
+    row = fault_table({"digits": grid}).set_index(["task", "condition"]).loc[("digits", condition)]
+    traces = [digits_grid[(condition, s)].trace for s in range(SEEDS)]
+    assert all(t is not None for t in traces)
+    acc = [t.val_acc[-1] for t in traces if t is not None]
+    first = [t.loss[0] for t in traces if t is not None]
+    final = [t.loss[-FINAL_WINDOW:].mean() for t in traces if t is not None]
+    wait = [t.wait_share for t in traces if t is not None]
+    assert row["val_acc_mean"] == f"{np.mean(acc):.3f}"
+    assert row["val_acc_sd"] == f"{np.std(acc, ddof=1):.3f}"
+    assert row["val_acc_last"] == f"{acc[-1]:.3f}"
+    assert row["first_loss_mean"] == f"{np.mean(first):.3f}"
+    assert row["ln_classes"] == f"{math.log(10):.3f}"
+    assert row["final_loss_last"] == f"{final[-1]:.3f}"
+    assert row["wait_share_mean"] == f"{np.mean(wait):.3f}"
+    assert row["seeds"] == str(SEEDS) and row["failed_runs"] == "0"
+
+
+def test_fault_table_lists_every_condition_in_order(
+    digits_grid: dict[tuple[str, int], RunRecord],
+) -> None:
+    table = fault_table({"digits": digits_grid})
+    assert list(table["condition"]) == condition_names()
+
+
+def test_wilson_matches_the_closed_form() -> None:
+    k, n, z = 7, 40, norm.ppf(0.975)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    assert wilson(k, n) == pytest.approx((centre - half, centre + half), abs=1e-12)
+
+
+def test_scores_of_the_baselines(
+    digits_grid: dict[tuple[str, int], RunRecord], shared_store_root: Path
+) -> None:
+    store = Store(shared_store_root)
+    reports = [evaluate(name, "digits", seeds=SEEDS, store=store) for name in BASELINES]
+    table = score_table(reports).set_index("diagnoser")
+    assert list(table.index) == sorted(BASELINES)
+    healthy = table.loc["always-healthy"]
+    assert healthy["correct"] == str(SEEDS) and healthy["total"] == str(10 * SEEDS)
+    assert healthy["false_alarms"] == "0" and healthy["false_alarm_rate"] == "0.000"
+    assert healthy[f"recall_{HEALTHY}"] == "1.000"
+    assert all(healthy[f"recall_{c}"] == "0.000" for c in condition_names()[1:])
+    low, high = wilson(SEEDS, 10 * SEEDS)
+    assert (healthy["wilson_low"], healthy["wilson_high"]) == (f"{low:.3f}", f"{high:.3f}")
+    rand, report = table.loc["random"], reports[1]
+    alarms = sum(r.predicted != HEALTHY for r in report.results if r.condition == HEALTHY)
+    assert rand["false_alarms"] == str(alarms) and rand["correct"] == str(report.correct)
+    assert healthy["split"] == rand["split"] == "held-out"
+
+
+def _fake(name: str, right: list[bool]) -> Report:
+    results = tuple(
+        RunResult(
+            seed=i, condition=HEALTHY, predicted=HEALTHY if ok else "huge_inputs", status="ok"
+        )
+        for i, ok in enumerate(right)
+    )
+    return Report(diagnoser=name, task="digits", tuned=False, tuned_on=(), results=results)
+
+
+def test_mcnemar_counts_discordant_pairs_and_uses_the_exact_test() -> None:
+    a = _fake("a", [True] * 6 + [False] * 2 + [True] * 3)
+    b = _fake("b", [False] * 6 + [False] * 2 + [True] * 3)
+    row = mcnemar_table([b, a]).iloc[0]
+    assert (row["diagnoser_a"], row["diagnoser_b"]) == ("a", "b")
+    assert (row["a_only"], row["b_only"], row["both"], row["neither"]) == ("6", "0", "3", "2")
+    assert row["p_value"] == f"{2 * 0.5**6:.4g}"  # exact two-sided: 2 × P(6 of 6)
+
+
+def test_confusion_has_every_label_even_without_examples() -> None:
+    matrix = full_confusion(_fake("a", [True, False]))
+    assert list(matrix.index) == condition_names()
+    assert list(matrix.columns) == [*condition_names(), "unknown"]
+    assert matrix.loc[HEALTHY, HEALTHY] == 1 and matrix.loc[HEALTHY, "huge_inputs"] == 1
+    assert int(matrix.to_numpy().sum()) == 2
+
+
+def test_markdown_table_escapes_pipes() -> None:
+    text = markdown_table(pd.DataFrame({"a|b": ["x|y"], "c": ["1"]}))
+    assert text.splitlines() == ["| a\\|b | c |", "|---|---|", "| x\\|y | 1 |"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--task", "digitz", "Unknown task 'digitz'. Did you mean 'digits'?"),
+        ("--diagnoser", "randm", "Unknown diagnoser 'randm'. Did you mean 'random'?"),
+    ],
+)
+def test_unknown_names_exit_2_with_one_line(
+    flag: str, value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", flag, value, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(re.escape(message), err) and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
