@@ -21,7 +21,6 @@ import pandas as pd
 
 from faultbench.evaluate import Report
 from faultbench.faults import FAULTS, HEALTHY, condition_names
-from faultbench.records import RunRecord
 from faultbench.report import Grid, fmt
 from faultbench.tasks import get_task
 
