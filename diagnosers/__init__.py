@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from faultbench.diagnosers.baselines import AlwaysHealthy, RandomDiagnoser
+from faultbench.diagnosers.rules import RulesDiagnoser
 
-__all__ = ["AlwaysHealthy", "RandomDiagnoser"]
+__all__ = ["AlwaysHealthy", "RandomDiagnoser", "RulesDiagnoser"]

@@ -1,0 +1,151 @@
+"""Quantities read off a run's trace, each relative to the run itself.
+
+Shared by the rule-based and the learned diagnosers. Every number here is
+scaled by something the run supplies (ln C, chance accuracy, the run's own
+early values, a layer's own weight count), so that no value fitted to one
+task's absolute scale leaks into a rule.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from faultbench.run import Run
+
+
+def n_classes(run: Run) -> int:
+    """Width of the model's last layer: the number of classes."""
+    return max(2, int(run.config.n_classes))
+
+
+def ln_c(run: Run) -> float:
+    """ln C: the loss of a uniform guess, which a sane initialization starts near."""
+    return math.log(n_classes(run))
+
+
+def chance(run: Run) -> float:
+    """Accuracy of guessing one class out of C."""
+    return 1.0 / n_classes(run)
+
+
+def softmax_floor(classes: int) -> float:
+    """Smallest cross-entropy reachable when the "logits" are probabilities in [0, 1].
+
+    The best case puts 1 on the right class and 0 elsewhere:
+    ``-log(e / (e + C - 1)) = ln(1 + (C - 1) / e)``.
+    """
+    return math.log(1.0 + (classes - 1) / math.e)
+
+
+def first_loss(run: Run) -> float:
+    """Loss of the first batch, before any update (nan for an empty trace)."""
+    return float(run.trace.loss[0]) if run.trace.steps else math.nan
+
+
+def finite_losses(run: Run) -> np.ndarray:
+    """The finite per-step losses."""
+    loss = run.trace.loss
+    return loss[np.isfinite(loss)]
+
+
+def nonfinite_share(run: Run) -> float:
+    """Share of steps whose loss is nan or infinite (a diverged run)."""
+    return float(np.mean(~np.isfinite(run.trace.loss))) if run.trace.steps else 0.0
+
+
+def last(values: np.ndarray) -> float:
+    """The last finite entry of an evaluation series (nan when there is none)."""
+    finite = values[np.isfinite(values)]
+    return float(finite[-1]) if len(finite) else math.nan
+
+
+def final_train_acc(run: Run) -> float:
+    """Training accuracy at the last evaluation."""
+    return last(run.trace.train_acc)
+
+
+def final_val_acc(run: Run) -> float:
+    """Validation accuracy at the last evaluation."""
+    return last(run.trace.val_acc)
+
+
+def no_grad_share(run: Run) -> dict[str, float]:
+    """Per layer: share of its weights that never received a gradient."""
+    counts = run.trace.weight_count
+    return {k: run.trace.no_grad_weights.get(k, 0) / n for k, n in counts.items() if n > 0}
+
+
+def hidden_widths(run: Run) -> tuple[int, ...]:
+    """Widths of the layers between input and output."""
+    return tuple(run.config.layer_widths[1:-1])
+
+
+def _total_grad_norm(run: Run) -> np.ndarray:
+    norms = [np.asarray(v, dtype=np.float64) for v in run.trace.grad_norm.values()]
+    if not norms:
+        return np.zeros(run.trace.steps)
+    return np.sqrt(np.sum([n**2 for n in norms], axis=0))
+
+
+def _window(n: int) -> int:
+    # A tenth of the run, at least a few steps, so medians are not one batch's noise.
+    return max(3, n // 10)
+
+
+def grad_growth(run: Run) -> float:
+    """Median gradient norm of the last tenth over that of the first tenth."""
+    g = _total_grad_norm(run)
+    g = g[np.isfinite(g)]
+    if len(g) < 6:
+        return math.nan
+    w = _window(len(g))
+    early = float(np.median(g[:w]))
+    return float(np.median(g[-w:])) / early if early > 0 else math.nan
+
+
+def grad_jitter_drop(run: Run) -> float:
+    """Step-to-step relative change of the gradient norm, late over early.
+
+    Independent batch gradients keep the relative change roughly constant
+    through a run. A gradient that accumulates (``G_t = G_{t-1} + g_t``) is a
+    sum of t terms, so its relative change shrinks like 1/t: between the first
+    tenth and the second half of a run, t grows at least five-fold.
+    """
+    g = _total_grad_norm(run)
+    if len(g) < 20 or not np.all(np.isfinite(g)) or np.any(g <= 0):
+        return math.nan
+    rel = np.abs(np.diff(g)) / g[1:]
+    early = float(np.median(rel[: _window(len(rel))]))
+    late = float(np.median(rel[len(rel) // 2 :]))
+    return late / early if early > 0 else math.nan
+
+
+def update_ratio(run: Run) -> dict[str, float]:
+    """Per layer: median |update| / |weights| over the run's finite steps."""
+    out = {}
+    for name, values in run.trace.update_ratio.items():
+        finite = values[np.isfinite(values)]
+        out[name] = float(np.median(finite)) if len(finite) else math.nan
+    return out
+
+
+def spike_share(run: Run) -> float:
+    """Share of steps after the first quarter whose loss exceeds twice the first loss.
+
+    Once training is under way, a batch loss far above the untrained model's
+    is the model being thrown out of the region it had found.
+    """
+    start = first_loss(run)
+    loss = run.trace.loss[run.trace.steps // 4 :]
+    if not math.isfinite(start) or len(loss) == 0:
+        return math.nan
+    return float(np.mean(~np.isfinite(loss) | (loss > 2 * start)))
+
+
+def inactive_share(run: Run) -> float:
+    """Median share of hidden units silent on a whole batch."""
+    values = run.trace.inactive_share
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if len(finite) else 0.0

@@ -1,0 +1,69 @@
+"""The memorization probe: can the run's model learn 16 of its own examples?
+
+Any working model and loss drive a handful of examples to zero error at some
+sane learning rate. If one of three sane rates succeeds, the model, the data
+and the loss are able to learn, and a run that failed was failed by its loop
+(its rate, its gradients); if none does, the model or the loss is broken.
+Every loss goes through ``probe.loss`` so the harness counts the cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from faultbench.run import Probe
+
+EXAMPLES = 16  # few enough that any working model memorizes them
+RATES = (1e-2, 1e-3, 1e-4)  # sane Adam rates; the fastest first, since most runs stop there
+MAX_STEPS = 150  # per rate; full-batch Adam memorizes 16 examples well before this
+TARGET = 0.1  # memorized: every example right and loss below TARGET * ln C
+
+
+@dataclass(frozen=True)
+class Memorization:
+    """What the probe found."""
+
+    memorized: bool  # whether some rate memorized the examples
+    rate: float | None  # the first rate that did, None if none
+    steps: int  # probe steps spent in all
+    best_loss: float  # lowest full-batch loss seen at any rate
+
+
+def memorize(probe: Probe, n_classes: int) -> Memorization:
+    """Try each rate in :data:`RATES`, stopping at the first that memorizes."""
+    X, y = probe.train_data(EXAMPLES)
+    target = TARGET * math.log(max(2, n_classes))
+    spent, best = 0, math.inf
+    for rate in RATES:
+        steps, done, loss = _try_rate(probe, X, y, rate, target)
+        spent, best = spent + steps, min(best, loss)
+        if done:
+            return Memorization(True, rate, spent, best)
+    return Memorization(False, None, spent, best)
+
+
+def _try_rate(
+    probe: Probe, X: torch.Tensor, y: torch.Tensor, rate: float, target: float
+) -> tuple[int, bool, float]:
+    """Full-batch Adam at ``rate``; returns (steps, memorized, lowest loss)."""
+    torch.manual_seed(0)  # the probe is deterministic whatever ran before it
+    model = probe.make_model()
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=rate)
+    best = math.inf
+    for step in range(1, MAX_STEPS + 1):
+        out = model(X)
+        loss = probe.loss(out, y)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            return step, False, best
+        best = min(best, value)
+        if value < target and bool((out.argmax(dim=1) == y).all()):
+            return step, True, value
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return MAX_STEPS, False, best

@@ -1,0 +1,195 @@
+"""``rules``: a rule-based diagnoser whose every threshold is relative to the run.
+
+Each rule is one small function that reads the run and returns a
+:class:`Finding` (fired or not, and the numbers it compared). Passive rules
+read the trace only; when none of the decisive ones fires, a memorization
+probe (see :mod:`faultbench.diagnosers._probe`) tells a loop that cannot
+train a working model apart from a model or loss that cannot learn.
+
+Written and tuned on digits only; its held-out score is measured on tasks it
+was not written for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from faultbench.diagnosers import _features as f
+from faultbench.diagnosers._probe import RATES, Memorization, memorize
+from faultbench.diagnosis import DIAGNOSERS, Diagnosis, finite_or_none
+from faultbench.run import Run
+
+START_FACTOR = 2.0  # sane inits start near ln C; twice that means inputs far off unit scale
+WAIT_SHARE = 0.5  # waiting more than computing: the loader is the bottleneck (profiler lore)
+DEAD_SHARE = 0.5  # more than half a layer without any gradient is not constant inputs
+JITTER_DROP = 0.2  # accumulation shrinks step noise like 1/t, >= 5x over a run (see _features)
+UPDATE_RATIO = 1e-2  # 10x the ~1e-3 update/weight ratio of healthy training (Karpathy, cs231n)
+SPIKE_SHARE = 0.01  # more than 1% of late steps above twice the start loss: not a fluke
+FLOOR_SLACK = 1e-3  # float rounding below the softmax floor
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule's verdict on one run."""
+
+    fired: bool  # whether the rule's signature is present
+    evidence: dict[str, Any] = field(default_factory=dict)  # the numbers it compared
+
+
+def learned_well(run: Run) -> bool:
+    """Training accuracy at least halfway from chance to perfect."""
+    acc = f.final_train_acc(run)
+    return math.isfinite(acc) and acc >= (1.0 + f.chance(run)) / 2
+
+
+def loss_at_start(run: Run) -> Finding:
+    """huge_inputs: the untrained model's loss is far above ln C (or not finite)."""
+    first, lnc = f.first_loss(run), f.ln_c(run)
+    fired = not math.isfinite(first) or first > START_FACTOR * lnc
+    return Finding(fired, {"first_loss": first, "ln_c": lnc})
+
+
+def data_wait(run: Run) -> Finding:
+    """starved_loader: more of each step is spent waiting for data than computing."""
+    share = run.trace.wait_share
+    return Finding(share > WAIT_SHARE, {"wait_share": share})
+
+
+def frozen_layer(run: Run) -> Finding:
+    """frozen_layer: a layer that received gradients ended exactly where it started."""
+    got_grad = {
+        k for k, n in run.trace.weight_count.items() if run.trace.no_grad_weights.get(k, 0) < n
+    }
+    frozen = sorted(k for k in got_grad if run.trace.weight_change.get(k, math.nan) == 0.0)
+    return Finding(
+        bool(frozen), {"unmoved_layers": frozen, "weight_change": run.trace.weight_change}
+    )
+
+
+def no_gradient(run: Run) -> Finding:
+    """dead_units: more than half of a layer's weights never received a gradient."""
+    shares = f.no_grad_share(run)
+    worst = max(shares.values(), default=0.0)
+    return Finding(
+        worst > DEAD_SHARE, {"no_grad_share": shares, "inactive_share": f.inactive_share(run)}
+    )
+
+
+def narrow_layer(run: Run) -> Finding:
+    """too_small_model: a hidden layer narrower than the classes it must separate."""
+    widths, classes = f.hidden_widths(run), f.n_classes(run)
+    fired = bool(widths) and min(widths) < classes
+    return Finding(fired, {"hidden_widths": list(widths), "n_classes": classes})
+
+
+def labels_disagree(run: Run) -> Finding:
+    """label_mismatch: the training labels are learned, validation is at or below chance."""
+    val = f.final_val_acc(run)
+    fired = learned_well(run) and math.isfinite(val) and val <= f.chance(run)
+    return Finding(
+        fired, {"train_acc": f.final_train_acc(run), "val_acc": val, "chance": f.chance(run)}
+    )
+
+
+def accumulating_gradient(run: Run) -> Finding:
+    """missing_zero_grad: the gradient norm grows and its step noise dies out like a sum's."""
+    growth, drop = f.grad_growth(run), f.grad_jitter_drop(run)
+    fired = growth > 1.0 and drop < JITTER_DROP
+    return Finding(fired, {"grad_growth": growth, "jitter_drop": drop})
+
+
+def unstable(run: Run) -> Finding:
+    """lr_too_high (candidate): updates far beyond 1e-3 of the weights, spikes, or divergence."""
+    ratios, spikes, bad = f.update_ratio(run), f.spike_share(run), f.nonfinite_share(run)
+    fired = max(ratios.values(), default=0.0) > UPDATE_RATIO or spikes > SPIKE_SHARE or bad > 0
+    return Finding(fired, {"update_ratio": ratios, "spike_share": spikes, "nonfinite_share": bad})
+
+
+def loss_floor(run: Run) -> Finding:
+    """softmax_before_loss (candidate): the loss never went below ln(1 + (C-1)/e)."""
+    losses, floor = f.finite_losses(run), f.softmax_floor(f.n_classes(run))
+    lowest = float(losses.min()) if len(losses) else math.nan
+    fired = learned_well(run) and lowest >= floor * (1 - FLOOR_SLACK)
+    return Finding(fired, {"min_loss": lowest, "softmax_floor": floor})
+
+
+#: Rules that decide on the trace alone, in the order they are trusted.
+PASSIVE: tuple[tuple[str, Callable[[Run], Finding]], ...] = (
+    ("huge_inputs", loss_at_start),
+    ("starved_loader", data_wait),
+    ("frozen_layer", frozen_layer),
+    ("dead_units", no_gradient),
+    ("too_small_model", narrow_layer),
+    ("label_mismatch", labels_disagree),
+    ("missing_zero_grad", accumulating_gradient),
+)
+
+
+def probe_verdict(run: Run, memo: Memorization, unstable_run: bool, floor_hit: bool) -> str:
+    """The label once the memorization probe has run.
+
+    The probe memorizes: model, data and loss work, so a failing run is its loop's
+    doing (an unstable run, or one whose rate exceeds every sane rate and did not
+    learn); otherwise the run is healthy. The probe fails: the output or the
+    capacity is at fault.
+    """
+    if memo.memorized:
+        stalled = not learned_well(run) and run.config.lr > max(RATES)
+        return "lr_too_high" if unstable_run or stalled else "healthy"
+    return "softmax_before_loss" if floor_hit else "too_small_model"
+
+
+@DIAGNOSERS.register("rules")
+class RulesDiagnoser:
+    """Relative-threshold rules plus a multi-rate memorization probe."""
+
+    name = "rules"
+    tuned_on: frozenset[str] | set[str] = frozenset({"digits"})
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        """Name the first passive rule that fires, else ask the probe."""
+        evidence: dict[str, Any] = {}
+        for label, rule in PASSIVE:
+            finding = rule(run)
+            evidence[rule.__name__] = finding.evidence
+            if finding.fired:
+                return _answer(label, rule.__name__, evidence)
+        shaky, floor = unstable(run), loss_floor(run)
+        evidence.update(unstable=shaky.evidence, loss_floor=floor.evidence)
+        if run.probe is None:  # a user's loop without a probe: trust the trace alone
+            label = (
+                "lr_too_high"
+                if shaky.fired
+                else "softmax_before_loss"
+                if floor.fired
+                else "healthy"
+            )
+            return _answer(label, "trace only", evidence)
+        memo = memorize(run.probe, f.n_classes(run))
+        evidence["memorization"] = {
+            "memorized": memo.memorized,
+            "rate": memo.rate,
+            "steps": memo.steps,
+            "best_loss": memo.best_loss,
+        }
+        return _answer(probe_verdict(run, memo, shaky.fired, floor.fired), "memorization", evidence)
+
+
+def _answer(label: str, decided_by: str, evidence: dict[str, Any]) -> Diagnosis:
+    return Diagnosis(
+        label, confidence=None, evidence={"decided_by": decided_by, **_clean(evidence)}
+    )
+
+
+def _clean(value: Any) -> Any:
+    # Evidence goes into JSON reports that refuse nan: non-finite floats become None.
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, float):
+        return finite_or_none(value)
+    return value
