@@ -9,12 +9,14 @@ configuration only, and the probe is rebuilt from the setup's *results*
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from faultbench.errors import FaultbenchError
 from faultbench.faults import RunSetup
 from faultbench.model import build_model
 from faultbench.trace import RunConfig, Trace
@@ -29,10 +31,17 @@ class Probe:
     rather than declared.
     """
 
-    def __init__(self, model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> None:
+    def __init__(
+        self,
+        model: nn.Module | Callable[[], nn.Module],
+        X: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         self._model = model
         self._X = X
         self._y = y
+        self._loss_fn = loss_fn or F.cross_entropy
         self.steps_used = 0
 
     @classmethod
@@ -42,14 +51,48 @@ class Probe:
             build_model(setup), torch.from_numpy(setup.X_train), torch.from_numpy(setup.y_train)
         )
 
+    @classmethod
+    def from_user(
+        cls,
+        make_model: Callable[[], nn.Module],
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        X: torch.Tensor,
+        y: torch.Tensor,
+    ) -> Probe:
+        """Build the probe of a user's run from their own pieces.
+
+        Args:
+            make_model: Builds the model as the user's script does, before any
+                training (a factory, because the monitored model has moved on).
+            loss_fn: The loss the script trains with, ``loss_fn(output, target)``.
+            X: A few training examples, exactly as the loop feeds them (a bug in
+                the inputs must reach the probe too).
+            y: Their targets.
+
+        Raises:
+            FaultbenchError: ``make_model`` is not callable, or X and y differ in length.
+        """
+        if not callable(make_model) or isinstance(make_model, nn.Module):
+            raise FaultbenchError(
+                f"make_model must be a function that builds a fresh model; got "
+                f"{type(make_model).__name__}"
+            )
+        if len(X) != len(y):
+            raise FaultbenchError(
+                f"X has {len(X)} examples but y has {len(y)}; expected equal lengths"
+            )
+        return cls(make_model, torch.as_tensor(X), torch.as_tensor(y), loss_fn)
+
     def make_model(self) -> nn.Module:
         """A fresh copy of the model as the run initialized it."""
-        return copy.deepcopy(self._model)
+        if isinstance(self._model, nn.Module):
+            return copy.deepcopy(self._model)
+        return self._model()
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The run's loss on a model output; counts one probe step."""
         self.steps_used += 1
-        return F.cross_entropy(output, target)
+        return self._loss_fn(output, target)
 
     def train_data(self, n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``n`` training examples (all when ``n`` is None), as the run saw them."""
