@@ -36,7 +36,7 @@ class Recorder:
     """A diagnoser that keeps the run it was handed and answers a fixed label."""
 
     name = "recorder"
-    tuned_on: frozenset[str] = frozenset()
+    tuned_on: frozenset[str] | set[str] = frozenset()
 
     def __init__(self, label: str = "healthy") -> None:
         self.label = label
@@ -157,7 +157,10 @@ def test_monitor_with_a_user_probe() -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: doctor("run.json"), "doctor() needs a Monitor or a Run; got str"),
+        (
+            lambda: doctor("run.json"),  # type: ignore[arg-type]
+            "doctor() needs a Monitor or a Run; got str",
+        ),
         (
             lambda: diagnose_monitor(_monitored_loop(0)[0], Recorder()),
             "the monitor recorded 0 steps",

@@ -128,7 +128,7 @@ def test_user_model_with_a_dead_branch_fails_backward() -> None:
     ],
 )
 def test_bad_data_fails_the_data_gate(changes: dict[str, object], message: str) -> None:
-    report = preflight(_user_pilot(**changes))
+    report = preflight(_user_pilot(**changes))  # type: ignore[arg-type]
     assert "data" in report.failed
     assert message in report.phases[0].detail
 
