@@ -2,7 +2,9 @@
 
 A record is what one training attempt produced, with the spec it answers.
 JSON has no NaN or infinity, and a diverged run is full of them, so
-non-finite floats are written as ``{"$float": "nan"}`` and read back exactly.
+non-finite floats are written as ``{"$float": "nan"}`` and read back exactly;
+a mapping that itself uses a ``$``-key is escaped as ``{"$dict": [[k, v], ...]}``
+so that no user data can be mistaken for an encoded float.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from faultbench.faults import Condition
 from faultbench.trace import RunConfig, Trace
 
 SCHEMA = 1  # bump when the record layout changes; older records are re-run
+STATUSES = ("ok", "failed")  # what an attempt can end as
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class BrokenRecord(ValueError):
+    """A stored record that cannot be used: truncated, corrupted, foreign or old."""
 
 
 @dataclass(frozen=True)
@@ -116,17 +123,35 @@ class RunRecord:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        """Inverse of :meth:`to_dict`; raises ValueError on a wrong schema."""
-        if data.get("kind") != "faultbench.run":
-            raise ValueError("not a faultbench run record")
+    def from_dict(cls, data: Any) -> RunRecord:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            BrokenRecord: ``data`` is not a record of the current schema, or a
+                field is missing or malformed.
+        """
+        if not isinstance(data, dict) or data.get("kind") != "faultbench.run":
+            raise BrokenRecord("not a faultbench run record")
         if data.get("schema") != SCHEMA:
-            raise ValueError(f"stored in schema {data.get('schema')!r}, expected {SCHEMA}")
+            raise BrokenRecord(f"stored in schema {data.get('schema')!r}, expected {SCHEMA}")
+        try:
+            record = cls._parse(data)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # Any of these means a field was hand-edited or cut short.
+            raise BrokenRecord(f"malformed field: {type(exc).__name__}: {exc}") from None
+        if record.status not in STATUSES:
+            raise BrokenRecord(f"status {record.status!r}, expected one of {STATUSES}")
+        if record.ok and (record.trace is None or record.config is None):
+            raise BrokenRecord("status 'ok' but no trace or config")
+        return record
+
+    @classmethod
+    def _parse(cls, data: dict[str, Any]) -> RunRecord:
         return cls(
             spec=RunSpec.from_dict(data["spec"]),
-            key=data["key"],
-            attempt=data["attempt"],
-            status=data["status"],
+            key=str(data["key"]),
+            attempt=str(data["attempt"]),
+            status=str(data["status"]),
             seconds=float(data["seconds"]),
             trace=Trace.from_dict(data["trace"]) if data["trace"] else None,
             config=RunConfig.from_dict(data["config"]) if data["config"] else None,
@@ -138,26 +163,49 @@ class RunRecord:
 
 
 def dumps(obj: Any) -> str:
-    """JSON text with non-finite floats encoded, never bare NaN."""
+    """Strict JSON text: non-finite floats encoded, never bare ``NaN``/``Infinity``.
+
+    Dict keys become strings and tuples become lists, as in :mod:`json`.
+    """
     return json.dumps(_encode(obj), allow_nan=False, separators=(",", ":"))
 
 
-def loads(text: str) -> Any:
-    """Inverse of :func:`dumps`."""
-    return json.loads(text, object_hook=_decode_object)
+def loads(text: str | bytes) -> Any:
+    """Inverse of :func:`dumps`; rejects bare ``NaN``/``Infinity`` (never written by us).
+
+    Raises:
+        ValueError: ``text`` is not strict JSON.
+    """
+    return json.loads(text, object_hook=_decode_object, parse_constant=_reject_constant)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"bare {name} is not valid JSON")
 
 
 def _encode(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}
     if isinstance(obj, dict):
-        return {str(k): _encode(v) for k, v in obj.items()}
+        items = {str(k): _encode(v) for k, v in obj.items()}
+        if any(k.startswith("$") for k in items):
+            return {"$dict": [[k, v] for k, v in items.items()]}
+        return items
     if isinstance(obj, (list, tuple)):
         return [_encode(v) for v in obj]
     return obj
 
 
 def _decode_object(obj: dict[str, Any]) -> Any:
-    if len(obj) == 1 and "$float" in obj and obj["$float"] in _NONFINITE:
-        return _NONFINITE[obj["$float"]]
+    if len(obj) != 1:
+        return obj
+    tag = obj.get("$float")
+    if isinstance(tag, str) and tag in _NONFINITE:
+        return _NONFINITE[tag]
+    pairs = obj.get("$dict")
+    if isinstance(pairs, list):
+        try:
+            return {str(k): v for k, v in pairs}
+        except (TypeError, ValueError):
+            raise ValueError("malformed '$dict' entry") from None
     return obj

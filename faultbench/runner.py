@@ -34,8 +34,12 @@ def train_record(job: TrainJob) -> RunRecord:
         task = job.task or get_task(spec.task)
         result = train(spec.condition.apply(base_setup(task, spec.seed)))
     except Exception as exc:
-        return _failed(spec, f"{type(exc).__name__}: {exc}", time.perf_counter() - start,
-                       traceback.format_exc(limit=3))
+        return _failed(
+            spec,
+            f"{type(exc).__name__}: {exc}",
+            time.perf_counter() - start,
+            traceback.format_exc(limit=3),
+        )
     return RunRecord(
         spec=spec,
         key=spec.key(),
@@ -68,12 +72,15 @@ def ensure_records(
     engine: Engine | None = None,
     progress: bool | None = None,
 ) -> Iterator[tuple[RunSpec, RunRecord, bool]]:
-    """Yield (spec, record, trained_now) for every spec, stored ones first.
+    """Yield (spec, record, trained_now) for every distinct spec, stored ones first.
 
-    Trained records are written by this (driver) process as they arrive.
+    Trained records are written by this (driver) process as they arrive, so a
+    run killed mid-grid keeps every finished run and the next call trains only
+    the rest. A run whose training raised, or whose worker died more often than
+    the engine retries, is stored and yielded as a ``failed`` record, never dropped.
     """
     missing = []
-    for spec in specs:
+    for spec in dict.fromkeys(specs):  # a spec listed twice is trained and scored once
         record = store.load(spec)
         if record is None:
             missing.append(spec)

@@ -4,8 +4,10 @@ Layout (browsable, and stale code versions sit next to current ones)::
 
     <root>/<task>/<condition>/seed-<n>/<key>/<attempt>.json
 
-Files are written to a temporary name and renamed, so a crash leaves either
-a whole record or none; an attempt file is never overwritten.
+Files are written to a temporary ``.part`` name and hard-linked into place,
+so a crash leaves either a whole record or none (a stray ``.part`` file is
+never read); an attempt file is never overwritten, and a failed attempt keeps
+its file next to the later one that succeeded.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import secrets
 import socket
 import tempfile
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from faultbench.records import RunRecord, RunSpec, dumps, loads
+from faultbench.records import BrokenRecord, RunRecord, RunSpec, dumps, loads
 
 ENV_VAR = "FAULTBENCH_STORE"
 
@@ -51,24 +53,42 @@ class Store:
     def load(self, spec: RunSpec) -> RunRecord | None:
         """The newest valid successful attempt at ``spec``, or None.
 
-        Unreadable, truncated or old-schema files are skipped and noted with
-        their path; records of other code versions are noted as stale.
+        Unreadable, truncated, old-schema or misplaced files are skipped and
+        noted with their path; failed attempts are kept but not used; records
+        of other code versions are noted as stale. None means "train again".
         """
         found: RunRecord | None = None
+        broken = failed = 0
         for path in self.attempts(spec):
-            record = self._read(path)
-            if record is not None and record.ok:
+            record = self._read(path, spec)
+            if record is None:
+                broken += 1
+            elif record.ok:
                 found = record
+            else:
+                failed += 1
         if found is None:
+            where = f"{spec.task}/{spec.slug}/seed-{spec.seed}"
+            if broken:
+                self.notes.append(f"{where}: no usable record ({broken} broken); trained again")
+            if failed:
+                self.notes.append(
+                    f"{where}: {failed} earlier attempt(s) failed (kept); trained again"
+                )
             self._note_stale(spec)
         return found
 
-    def _read(self, path: Path) -> RunRecord | None:
+    def _read(self, path: Path, spec: RunSpec | None = None) -> RunRecord | None:
         try:
-            return RunRecord.from_dict(loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            self.notes.append(f"ignored broken record {path}: {exc}; the run is trained again")
+            record = RunRecord.from_dict(loads(path.read_bytes()))
+            if spec is not None and (record.spec != spec or record.key != spec.key()):
+                raise BrokenRecord(f"holds {record.spec.slug} seed {record.spec.seed}, misplaced")
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
+            # ValueError covers bad JSON, bad UTF-8 and BrokenRecord; the file is
+            # kept for inspection and never used.
+            self.notes.append(f"ignored broken record {path}: {exc}")
             return None
+        return record
 
     def _note_stale(self, spec: RunSpec) -> None:
         current = spec.key()
@@ -84,7 +104,7 @@ class Store:
         record = replace(
             record,
             attempt=record.attempt or new_attempt_id(),
-            created=record.created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            created=record.created or datetime.now(UTC).isoformat(timespec="seconds"),
             host=record.host or socket.gethostname(),
         )
         folder = self.spec_dir(record.spec) / record.key
@@ -99,12 +119,13 @@ class Store:
             os.link(tmp, target)  # fails rather than overwrite an existing attempt
         finally:
             os.unlink(tmp)
+        _fsync_dir(folder)  # the new name itself survives a power cut
         return target
 
     def records(self) -> list[RunRecord]:
         """Every readable record in the store (all attempts, all versions)."""
         out = []
-        for path in sorted(self.root.glob("*/*/seed-*/*/*.json")):
+        for path in sorted(self.root.glob("*/*/seed-*/*/*.json")):  # never the .part files
             record = self._read(path)
             if record is not None:
                 out.append(record)
@@ -113,8 +134,21 @@ class Store:
 
 def new_attempt_id() -> str:
     """A unique, time-ordered attempt id."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     return f"{stamp}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some platforms cannot open a directory; the data is synced anyway
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _safe(name: str) -> str:

@@ -6,7 +6,9 @@ what lets a report say "tuned-on" or "held-out" honestly.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -91,20 +93,20 @@ class Task:
             The task.
 
         Raises:
-            FaultbenchError: X is not 2-D or not finite, lengths differ, there is
-                a single class, or fewer examples than classes.
+            FaultbenchError: X is not 2-D, has no feature or is not finite; a
+                label is missing (None or NaN); lengths differ; there is a single
+                class or fewer examples than classes; or a column's values span
+                too wide a range to normalize in float32.
         """
         X_arr, labels = _validated(X, y)
         classes, y_idx = _encode_labels(labels)
         X_tr, X_va, y_tr, y_va = _split(X_arr, y_idx, val_fraction, split_seed)
-        mean = X_tr.mean(axis=0)
-        std = X_tr.std(axis=0)
-        std[std == 0] = 1.0  # constant features (digits' blank corners) stay at 0
+        X_tr32, X_va32 = _normalized(X_tr, X_va)
         return cls(
             name=name,
-            X_train=((X_tr - mean) / std).astype(np.float32),
+            X_train=X_tr32,
             y_train=y_tr.astype(np.int64),
-            X_val=((X_va - mean) / std).astype(np.float32),
+            X_val=X_va32,
             y_val=y_va.astype(np.int64),
             classes=classes,
             defaults=defaults or TrainDefaults(),
@@ -118,9 +120,15 @@ def _validated(X: Any, y: Any) -> tuple[np.ndarray, list[Hashable]]:
         raise FaultbenchError(f"X must be a 2-D array of numbers; got {exc}") from None
     if X_arr.ndim != 2:
         raise FaultbenchError(f"X must be 2-D (examples x features); got shape {X_arr.shape}")
-    labels = list(np.asarray(y, dtype=object).reshape(-1)) if np.ndim(y) else []
-    if np.ndim(y) != 1:
-        raise FaultbenchError(f"y must be 1-D, one label per row; got {np.ndim(y)}-D")
+    if X_arr.shape[1] == 0:
+        raise FaultbenchError(f"X has no features (shape {X_arr.shape}); expected at least 1")
+    try:
+        y_arr = np.asarray(y, dtype=object)
+    except (TypeError, ValueError) as exc:  # ragged nested lists
+        raise FaultbenchError(f"y must be 1-D, one label per row; got {exc}") from None
+    if y_arr.ndim != 1:
+        raise FaultbenchError(f"y must be 1-D, one label per row; got shape {y_arr.shape}")
+    labels = list(y_arr)
     if len(labels) != len(X_arr):
         raise FaultbenchError(
             f"X has {len(X_arr)} rows but y has {len(labels)} labels; expected equal lengths"
@@ -132,22 +140,74 @@ def _validated(X: Any, y: Any) -> tuple[np.ndarray, list[Hashable]]:
             f"X must be finite; found {X_arr[row, col]} at row {row}, column {col} "
             f"({int(bad.sum())} non-finite values in all)"
         )
-    n_classes = len(set(labels))
+    missing = [i for i, lab in enumerate(labels) if lab is None or _is_nan(lab)]
+    if missing:
+        raise FaultbenchError(
+            f"y has a missing label ({labels[missing[0]]!r}) at row {missing[0]} "
+            f"({len(missing)} in all); expected a label for every row"
+        )
+    try:
+        n_classes = len(set(labels))
+    except TypeError as exc:
+        raise FaultbenchError(f"y labels must be hashable (numbers or strings); {exc}") from None
     if n_classes < 2:
         raise FaultbenchError(f"y has {n_classes} class; expected at least 2 classes")
-    if len(labels) < n_classes:
+    if len(labels) < 2 * n_classes:
         raise FaultbenchError(
-            f"{len(labels)} examples for {n_classes} classes; expected at least one per class"
+            f"{len(labels)} examples for {n_classes} classes; expected at least "
+            f"{2 * n_classes} (two per class: one to train on, one to validate)"
+        )
+    counts = Counter(labels)
+    rare = min(counts, key=lambda label: counts[label])
+    if counts[rare] < 2:
+        raise FaultbenchError(
+            f"class {rare!r} has {counts[rare]} example; expected at least 2 per class "
+            "(one to train on, one to validate)"
         )
     return X_arr, labels
 
 
+def _is_nan(label: object) -> bool:
+    # NaN is not equal to itself, so it would make a new class per row.
+    return isinstance(label, (float, np.floating)) and bool(np.isnan(label))
+
+
+def _normalized(X_tr: np.ndarray, X_va: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both splits standardized with the training statistics, as float32."""
+    with np.errstate(all="ignore"):  # overflow is checked below
+        mean = X_tr.mean(axis=0)
+        std = X_tr.std(axis=0)
+    overflow = ~(np.isfinite(mean) & np.isfinite(std))
+    if overflow.any():
+        col = int(np.argmax(overflow))
+        raise FaultbenchError(
+            f"X column {col} is too large to normalize: its training mean/spread overflow "
+            f"(largest magnitude {np.abs(X_tr[:, col]).max():g}); expected values below 1e150"
+        )
+    # Constant features (digits' blank corners) stay at 0; a spread that is
+    # only rounding noise next to the column's size counts as constant too, or
+    # dividing by it would blow validation values up to infinity.
+    scale = np.abs(X_tr).max(axis=0)
+    std[(std == 0) | (std <= 1e-12 * scale)] = 1.0
+    with np.errstate(all="ignore"):
+        out = ((X_tr - mean) / std).astype(np.float32), ((X_va - mean) / std).astype(np.float32)
+    for arr, raw in zip(out, (X_tr, X_va), strict=True):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise FaultbenchError(
+                f"X column {col} spans too wide a range to normalize in float32: "
+                f"{raw[row, col]:g} against a training mean {mean[col]:g} and spread "
+                f"{std[col]:g}; "
+                "expected values that can be rescaled, e.g. below 1e150 in magnitude"
+            )
+    return out
+
+
 def _encode_labels(labels: list[Hashable]) -> tuple[tuple[Any, ...], np.ndarray]:
     unique = list(dict.fromkeys(labels))  # first-appearance order for unsortable mixes
-    try:
+    with contextlib.suppress(TypeError):  # unsortable mixes keep first-appearance order
         unique = sorted(unique)  # type: ignore[type-var]
-    except TypeError:
-        pass
     index = {label: i for i, label in enumerate(unique)}
     classes = tuple(u.item() if isinstance(u, np.generic) else u for u in unique)
     return classes, np.array([index[label] for label in labels], dtype=np.int64)
@@ -158,15 +218,11 @@ def _split(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     if not 0.0 < val_fraction < 1.0:
         raise FaultbenchError(f"val_fraction must be in (0, 1); got {val_fraction}")
-    counts = np.bincount(y)
-    n_val = max(1, int(round(len(y) * val_fraction)))
-    # Stratify when the data allow it (every class twice, room for each class on both sides).
-    can_stratify = counts.min() >= 2 and n_val >= len(counts) and len(y) - n_val >= len(counts)
-    if len(y) < 2:
-        raise FaultbenchError(f"{len(y)} example; expected at least 2 to split")
-    X_tr, X_va, y_tr, y_va = train_test_split(
-        X, y, test_size=n_val, random_state=seed, stratify=y if can_stratify else None
-    )
+    n_classes = int(y.max()) + 1
+    # Every class has two examples (checked), so a stratified split with room
+    # for each class on both sides always exists: no class is missing from training.
+    n_val = min(max(n_classes, round(len(y) * val_fraction)), len(y) - n_classes)
+    X_tr, X_va, y_tr, y_va = train_test_split(X, y, test_size=n_val, random_state=seed, stratify=y)
     return X_tr, X_va, y_tr, y_va
 
 

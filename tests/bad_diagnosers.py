@@ -1,0 +1,90 @@
+"""Diagnosers that misbehave on purpose, importable as ``bad_diagnosers:Name``.
+
+The isolation tests run them through ``faultbench.evaluate`` and the CLI
+(with ``tests/`` on ``PYTHONPATH``) to show the benchmark survives them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from faultbench.diagnosis import Diagnosis
+from faultbench.run import Run
+
+
+class _Base:
+    tuned_on: frozenset[str] = frozenset()
+
+
+class Raising(_Base):
+    """Raises on every run."""
+
+    name = "raising"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        raise RuntimeError(f"boom on seed {run.seed}")
+
+
+class Hanging(_Base):
+    """Sleeps for an hour, and swallows the first interruption it can."""
+
+    name = "hanging"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        # A careless diagnoser that swallows errors; the timeout must still win.
+        try:  # noqa: SIM105
+            time.sleep(3600)
+        except Exception:
+            pass
+        while True:
+            pass
+
+
+class Nonsense(_Base):
+    """Answers a string, not a Diagnosis, and prints to stdout."""
+
+    name = "nonsense"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        print("nonsense on stdout")
+        return "healthy"  # type: ignore[return-value]
+
+
+class UnknownLabel(_Base):
+    """Answers a label that is no condition."""
+
+    name = "unknown-label"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        return Diagnosis("cosmic_rays")
+
+
+class Exiting(_Base):
+    """Calls sys.exit, which must not end the benchmark."""
+
+    name = "exiting"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        sys.exit(3)
+
+
+class Healthy(_Base):
+    """A well-behaved diagnoser, to show outcomes after a timeout are normal."""
+
+    name = "healthy-answer"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        return Diagnosis("healthy", confidence=0.5)
+
+
+NOT_A_DIAGNOSER = 42  # for the "isn't a diagnoser" error
+
+
+def die_on_two(item: int) -> int:
+    """An engine task whose worker process dies on item 2 (as if OOM-killed)."""
+    import os
+
+    if item == 2:
+        os._exit(1)
+    return item * 10

@@ -1,0 +1,159 @@
+"""A diagnoser that raises, hangs or answers nonsense, and a worker that dies,
+cost their own runs only: the benchmark finishes and reports them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import bad_diagnosers as bad
+import numpy as np
+import pytest
+
+from faultbench.engine import LocalEngine
+from faultbench.evaluate import evaluate, run_for
+from faultbench.faults import canonical_conditions, condition_names
+from faultbench.harness import diagnose_safely
+from faultbench.store import Store
+from faultbench.tasks import Task
+
+TESTS = Path(__file__).parent
+TWO = canonical_conditions(["healthy", "dead_units"])  # two stored runs keep this fast
+
+MISBEHAVING = [
+    (bad.Raising, "error", "diagnose() raised RuntimeError: boom on seed 0"),
+    (bad.Hanging, "timeout", "diagnose() ran past 0.5 s"),
+    (bad.Nonsense, "error", "Nonsense.diagnose returned str, expected Diagnosis"),
+    (bad.UnknownLabel, "error", "UnknownLabel.diagnose returned unknown label 'cosmic_rays'"),
+    (bad.Exiting, "error", "diagnose() raised SystemExit: 3"),
+]
+
+
+@pytest.mark.parametrize(("cls", "status", "message"), MISBEHAVING)
+def test_misbehaving_diagnoser_is_recorded_and_counted_wrong(
+    cls, status, message, digits_grid, shared_store_root
+):
+    report = evaluate(
+        cls(), "digits", seeds=1, conditions=TWO, store=shared_store_root, timeout=0.5
+    )
+    assert report.total == 2 and report.trained == 0
+    assert report.correct == 0  # a failed answer is never right, even for "healthy"
+    assert report.failures == {status: 2}
+    assert {r.status for r in report.results} == {status}
+    assert {r.predicted for r in report.results} == {"unknown"}
+    assert all(r.message == message for r in report.results), report.results[0].message
+
+
+def test_timeout_leaves_no_alarm_behind(digits_grid, shared_store_root):
+    before = signal.getsignal(signal.SIGALRM)
+    evaluate(
+        bad.Hanging(), "digits", seeds=1, conditions=TWO[:1], store=shared_store_root, timeout=0.3
+    )
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is before
+    # The next diagnoser runs normally, with no stray alarm cutting it short.
+    report = evaluate(bad.Healthy(), "digits", seeds=1, conditions=TWO, store=shared_store_root)
+    assert report.failures == {} and report.correct == 1
+
+
+def test_timeout_keeps_the_callers_own_timer(digits_grid):
+    run = run_for(digits_grid[("healthy", 0)], _digits())
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.setitimer(signal.ITIMER_REAL, 100.0)
+    try:
+        outcome = diagnose_safely(bad.Hanging(), run, timeout=0.2)
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert outcome.status == "timeout"
+    assert 90.0 < left <= 100.0
+
+
+def test_timeout_is_enforced_off_the_main_thread(digits_grid):
+    run = run_for(digits_grid[("healthy", 0)], _digits())
+    box = {}
+    thread = threading.Thread(
+        target=lambda: box.update(o=diagnose_safely(bad.Hanging(), run, timeout=0.3))
+    )
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert box["o"].status == "timeout" and box["o"].label == "unknown"
+
+
+def _digits() -> Task:
+    from faultbench.tasks import get_task
+
+    return get_task("digits")
+
+
+def _cli(*args: str, env_store: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "FAULTBENCH_STORE": str(env_store),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "faultbench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "extra"),
+    [
+        ("Raising", "error", []),
+        ("Nonsense", "error", []),
+        ("Hanging", "timeout", ["--timeout", "0.3"]),
+    ],
+)
+def test_cli_survives_misbehaving_diagnoser(name, status, extra, digits_grid, shared_store_root):
+    proc = _cli(
+        "run",
+        "--diagnoser",
+        f"bad_diagnosers:{name}",
+        "--task",
+        "digits",
+        "--seeds",
+        "1",
+        "--engine",
+        "serial",
+        "--json",
+        *extra,
+        env_store=shared_store_root,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)  # a diagnoser's prints went to stderr, not into the JSON
+    n = len(condition_names())
+    assert out["total"] == n and out["correct"] == 0 and out["trained"] == 0
+    assert out["failures"] == {status: n}
+
+
+class DyingTask(Task):
+    """A task whose worker process dies as soon as it receives it (like an OOM kill)."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os._exit, (1,))
+
+
+def test_run_whose_worker_keeps_dying_is_reported_failed_not_dropped(tmp_path):
+    rng = np.random.default_rng(0)
+    task = DyingTask.from_arrays("dying", rng.normal(size=(40, 3)), np.arange(40) % 2)
+    store = Store(tmp_path / "s")
+    report = evaluate(
+        "always-healthy", task, seeds=1, conditions=TWO[:1], store=store, engine=LocalEngine(1)
+    )
+    assert report.total == 1 and report.failures == {"run-failed": 1}
+    (result,) = report.results
+    assert result.status == "run-failed" and "WorkerDied: worker died 3 times" in result.message
+    (record,) = store.records()  # kept in the store as a failed attempt
+    assert record.status == "failed" and "WorkerDied" in record.error

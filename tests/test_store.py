@@ -1,0 +1,162 @@
+"""Records are written atomically, never overwritten, and a broken one is never used."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import faultbench.runner
+from faultbench import cli
+from faultbench.evaluate import evaluate
+from faultbench.faults import canonical_conditions
+from faultbench.records import SCHEMA, RunRecord, RunSpec, loads
+from faultbench.store import Store
+from faultbench.tasks import get_task
+
+ROOT = Path(__file__).resolve().parents[1]
+HEALTHY = canonical_conditions(["healthy"])
+
+
+def _breakers() -> dict[str, object]:
+    def edit(path: Path, change) -> None:  # type: ignore[no-untyped-def]
+        data = json.loads(path.read_text())
+        change(data)
+        path.write_text(json.dumps(data))
+
+    return {
+        "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+        "garbage": lambda p: p.write_bytes(b"\x00\xff not json"),
+        "old-schema": lambda p: edit(p, lambda d: d.update(schema=SCHEMA - 1)),
+        "not-a-record": lambda p: p.write_text("[1, 2, 3]"),
+        "bare-nan": lambda p: p.write_text(
+            re.sub(r'"seconds":[^,]+', '"seconds":NaN', p.read_text())
+        ),
+        "missing-trace": lambda p: edit(p, lambda d: d.update(trace=None)),
+        "misplaced": lambda p: edit(p, lambda d: d["spec"].update(seed=7)),
+    }
+
+
+@pytest.fixture
+def stored(tmp_path, digits_grid):
+    """A private store holding the healthy seed-0 digits run, and its file."""
+    store = Store(tmp_path / "s")
+    path = store.save(digits_grid[("healthy", 0)])
+    return store, path
+
+
+@pytest.mark.parametrize("kind", list(_breakers()))
+def test_broken_record_is_skipped_and_noted_with_its_path(kind, stored):
+    store, path = stored
+    _breakers()[kind](path)
+    assert store.load(_spec_of(path)) is None
+    assert any(note.startswith(f"ignored broken record {path}:") for note in store.notes)
+    assert any("trained again" in note for note in store.notes)
+
+
+def _spec_of(path: Path) -> RunSpec:
+    # Every file of the fixture is the healthy seed-0 digits run, whatever it now holds.
+    task = get_task("digits")
+    return RunSpec(task.name, task.fingerprint, HEALTHY[0], 0)
+
+
+def test_broken_record_is_retrained_as_a_new_attempt_and_cli_says_so(stored, digits_grid):
+    store, path = stored
+    for (name, seed), record in digits_grid.items():
+        if seed == 0 and name != "healthy":
+            store.save(record)  # only the broken run is left to train
+    _breakers()["truncated"](path)
+    broken = path.read_bytes()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faultbench",
+            "run",
+            "--diagnoser",
+            "always-healthy",
+            "--task",
+            "digits",
+            "--seeds",
+            "1",
+            "--engine",
+            "serial",
+            "--store",
+            str(store.root),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"faultbench: note: ignored broken record {path}" in proc.stderr
+    assert json.loads(proc.stdout)["trained"] == 1  # the broken one, and nothing else
+    files = sorted(path.parent.glob("*.json"))
+    assert len(files) == 2 and path.read_bytes() == broken  # kept, next to the new attempt
+    (fresh,) = [f for f in files if f != path]
+    assert Store(store.root).load(_spec_of(path)).attempt == fresh.stem
+
+
+def test_attempt_is_never_overwritten(stored):
+    store, path = stored
+    before = path.read_bytes()
+    record = RunRecord.from_dict(loads(before))
+    with pytest.raises(FileExistsError):
+        store.save(replace(record, seconds=123.0))  # same attempt id
+    assert path.read_bytes() == before
+    second = store.save(replace(record, attempt=""))  # a rerun gets a new id
+    assert second != path and len(list(path.parent.glob("*.json"))) == 2
+
+
+def test_save_leaves_no_partial_file_when_writing_fails(stored):
+    store, path = stored
+    record = store.load(_spec_of(path))
+    unwritable = replace(record, attempt="", error=object())  # not JSON-serializable
+    with pytest.raises(TypeError):
+        store.save(unwritable)
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no .part, no half file
+
+
+def test_failed_training_is_kept_and_retrained_as_a_new_attempt(tmp_path, monkeypatch):
+    store = Store(tmp_path / "s")
+
+    def broken_train(setup, record=True):  # type: ignore[no-untyped-def]
+        raise FloatingPointError("simulated crash in the loop")
+
+    monkeypatch.setattr(faultbench.runner, "train", broken_train)
+    first = evaluate("always-healthy", "digits", seeds=1, conditions=HEALTHY, store=store)
+    assert first.failures == {"run-failed": 1} and first.correct == 0
+    assert "FloatingPointError: simulated crash" in first.results[0].message
+    monkeypatch.undo()
+    second = evaluate("always-healthy", "digits", seeds=1, conditions=HEALTHY, store=store)
+    assert second.failures == {} and second.correct == 1 and second.trained == 1
+    assert any("1 earlier attempt(s) failed (kept)" in n for n in second.notes)
+    statuses = sorted(r.status for r in store.records())
+    assert statuses == ["failed", "ok"]  # the failure keeps its row
+
+
+def test_nothing_loads_torch_or_pickle_unsafely():
+    sources = [
+        p for d in ("faultbench", "diagnosers", "datasets") for p in (ROOT / d).rglob("*.py")
+    ]
+    assert sources
+    for path in sources:
+        text = path.read_text()
+        for call in re.findall(r"torch\.load\([^)]*\)", text):
+            assert "weights_only=True" in call, f"{path}: {call}"
+        assert not re.search(r"\b(pickle|cPickle|dill|joblib)\.loads?\(", text), path
+
+
+def test_cli_help_documents_timeout_and_module_code(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--timeout" in text and "seconds one diagnosis may take (default: 60)" in text
+    assert "imports and runs that module" in text
