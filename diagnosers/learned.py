@@ -1,0 +1,156 @@
+"""``learned``: a random forest on trace features, in the spirit of DeepFD.
+
+No probe: only relative quantities read off the trace (see :func:`features`).
+It trains on digits runs with seeds disjoint from the evaluation seeds
+(0..4), made through :func:`faultbench.runner.ensure_records` so they are
+stored once and reused. The fitted forest is never pickled: refitting from the
+stored runs is deterministic and takes about a second, so it is simply refit
+in every process that needs it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from sklearn.ensemble import RandomForestClassifier
+
+from faultbench.diagnosers import _features as f
+from faultbench.diagnosis import DIAGNOSERS, Diagnosis
+from faultbench.engine import Engine, LocalEngine
+from faultbench.evaluate import run_for
+from faultbench.faults import canonical_conditions
+from faultbench.records import RunRecord, RunSpec
+from faultbench.run import Run
+from faultbench.runner import ensure_records
+from faultbench.store import Store
+from faultbench.tasks import get_task
+
+TRAIN_TASK = "digits"
+TRAIN_SEEDS = tuple(range(100, 110))  # disjoint from the evaluation seeds 0..4
+TREES = 300  # enough that the vote is stable; fits ~100 rows in well under a second
+FEATURES = (
+    "log_first_loss_over_ln_c",
+    "end_loss_over_ln_c",
+    "min_loss_over_softmax_floor",
+    "train_acc_over_chance",
+    "val_acc_over_chance",
+    "train_val_gap",
+    "wait_share",
+    "max_no_grad_share",
+    "log_min_weight_change",
+    "log_grad_growth",
+    "log_jitter_drop",
+    "log_max_update_ratio",
+    "spike_share",
+    "nonfinite_share",
+    "inactive_share",
+    "min_width_over_classes",
+)
+
+
+def _log(value: float, floor: float = 1e-12) -> float:
+    # Ratios span orders of magnitude; logs keep a tree's splits meaningful.
+    return math.log10(max(value, floor)) if math.isfinite(value) else 0.0
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+def features(run: Run) -> np.ndarray:
+    """The run's feature vector, in the order of :data:`FEATURES`; always finite."""
+    lnc, chance = f.ln_c(run), f.chance(run)
+    losses = f.finite_losses(run)
+    end = float(np.mean(losses[-max(1, len(losses) // 10) :])) if len(losses) else math.nan
+    lowest = float(losses.min()) if len(losses) else math.nan
+    first = f.first_loss(run)
+    changes = [v for v in run.trace.weight_change.values() if math.isfinite(v)]
+    widths = f.hidden_widths(run)
+    values = [
+        _log(first / lnc if math.isfinite(first) else 1e6),
+        end / lnc,
+        lowest / f.softmax_floor(f.n_classes(run)),
+        f.final_train_acc(run) / chance,
+        f.final_val_acc(run) / chance,
+        f.final_train_acc(run) - f.final_val_acc(run),
+        run.trace.wait_share,
+        max(f.no_grad_share(run).values(), default=0.0),
+        _log(min(changes, default=0.0)),
+        _log(f.grad_growth(run)),
+        _log(f.grad_jitter_drop(run)),
+        _log(max(f.update_ratio(run).values(), default=0.0)),
+        f.spike_share(run),
+        f.nonfinite_share(run),
+        f.inactive_share(run),
+        (min(widths) if widths else 0) / f.n_classes(run),
+    ]
+    return np.array([_finite(v) for v in values], dtype=np.float64)
+
+
+class LearnedDiagnoser:
+    """A random forest over :func:`features`, fitted on digits runs on first use."""
+
+    name = "learned"
+    tuned_on: frozenset[str] | set[str] = frozenset({TRAIN_TASK})
+
+    def __init__(
+        self,
+        seeds: Sequence[int] = TRAIN_SEEDS,
+        store: Store | str | None = None,
+        engine: Engine | None = None,
+    ) -> None:
+        self.seeds = tuple(seeds)
+        self.store = store
+        self.engine = engine
+        self._forest: RandomForestClassifier | None = None
+
+    def fit(self, records: Iterable[RunRecord]) -> LearnedDiagnoser:
+        """Fit the forest on stored runs (their conditions are the labels)."""
+        task = get_task(TRAIN_TASK)
+        usable = sorted(
+            (r for r in records if r.ok and r.trace is not None),
+            key=lambda r: (r.spec.condition.name, r.spec.seed),  # order fixes the fit
+        )
+        X = np.stack([features(run_for(r, task)) for r in usable])
+        y = [r.spec.condition.name for r in usable]
+        forest = RandomForestClassifier(n_estimators=TREES, random_state=0, n_jobs=1)
+        self._forest = forest.fit(X, y)
+        return self
+
+    def training_records(self) -> list[RunRecord]:
+        """The digits runs it learns from, trained now if not stored yet."""
+        task = get_task(TRAIN_TASK)
+        specs = [
+            RunSpec(task.name, task.fingerprint, cond, seed)
+            for cond in canonical_conditions()
+            for seed in self.seeds
+        ]
+        store = self.store if isinstance(self.store, Store) else Store(self.store)
+        engine = self.engine or LocalEngine()
+        try:
+            return [rec for _, rec, _ in ensure_records(specs, task, store=store, engine=engine)]
+        finally:
+            if self.engine is None:
+                engine.close()
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        """The forest's vote, with its share of trees as confidence."""
+        if self._forest is None:
+            self.fit(self.training_records())
+        assert self._forest is not None
+        x = features(run)
+        proba = self._forest.predict_proba(x.reshape(1, -1))[0]
+        best = int(np.argmax(proba))
+        evidence = {name: float(v) for name, v in zip(FEATURES, x, strict=True)}
+        return Diagnosis(str(self._forest.classes_[best]), float(proba[best]), evidence)
+
+
+@DIAGNOSERS.register("learned")
+def _fitted() -> LearnedDiagnoser:
+    # Fitted when resolved by name, so training never counts against the
+    # per-diagnosis time limit of an evaluation.
+    learned = LearnedDiagnoser()
+    learned.fit(learned.training_records())
+    return learned
