@@ -184,11 +184,13 @@ def _normalized(X_tr: np.ndarray, X_va: np.ndarray) -> tuple[np.ndarray, np.ndar
             f"X column {col} is too large to normalize: its training mean/spread overflow "
             f"(largest magnitude {np.abs(X_tr[:, col]).max():g}); expected values below 1e150"
         )
-    # Constant features (digits' blank corners) stay at 0; a spread that is
-    # only rounding noise next to the column's size counts as constant too, or
-    # dividing by it would blow validation values up to infinity.
-    scale = np.abs(X_tr).max(axis=0)
-    std[(std == 0) | (std <= 1e-12 * scale)] = 1.0
+    # Constant features (digits' blank corners) stay at 0 (std 1). A spread that
+    # is only rounding noise next to the column's size would blow validation
+    # values up past float32, so such a column is scaled by its size instead.
+    size = np.abs(X_tr).max(axis=0)
+    noise = (std > 0) & (std <= 1e-12 * size)
+    std[noise] = size[noise]
+    std[std == 0] = 1.0
     with np.errstate(all="ignore"):
         out = ((X_tr - mean) / std).astype(np.float32), ((X_va - mean) / std).astype(np.float32)
     for arr, raw in zip(out, (X_tr, X_va), strict=True):
