@@ -1,0 +1,65 @@
+"""The learned diagnoser: features, a deterministic fit, and conformance.
+
+Fitting on the shared digits grid (seeds 0..2) here is only a test of the
+mechanics; the shipped diagnoser trains on seeds disjoint from evaluation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from faultbench.checks import make_run, parametrize_checks
+from faultbench.diagnosers.learned import FEATURES, TRAIN_SEEDS, LearnedDiagnoser, features
+from faultbench.evaluate import run_for
+from faultbench.faults import condition_names
+from faultbench.tasks import get_task
+
+EVALUATION_SEEDS = range(5)
+
+
+@pytest.fixture(scope="module")
+def fitted(digits_grid) -> LearnedDiagnoser:
+    """A forest fitted on seeds 0 and 1 of the shared grid."""
+    return LearnedDiagnoser().fit(r for (_, seed), r in digits_grid.items() if seed < 2)
+
+
+def test_training_seeds_are_disjoint_from_evaluation_seeds() -> None:
+    assert not set(TRAIN_SEEDS) & set(EVALUATION_SEEDS)
+    assert LearnedDiagnoser().tuned_on == {"digits"}
+
+
+@pytest.mark.parametrize("name", condition_names())
+def test_features_are_finite_and_complete(digits_grid, name: str) -> None:
+    x = features(run_for(digits_grid[(name, 0)], get_task("digits")))
+    assert x.shape == (len(FEATURES),)
+    assert np.all(np.isfinite(x))
+
+
+def test_features_of_a_diverged_run_are_finite() -> None:
+    x = features(make_run("healthy", diverged=True))
+    assert np.all(np.isfinite(x))
+    assert x[FEATURES.index("nonfinite_share")] > 0
+
+
+def test_unseen_seed_is_mostly_named_right(fitted: LearnedDiagnoser, digits_grid) -> None:
+    task = get_task("digits")
+    answers = {n: fitted.diagnose(run_for(digits_grid[(n, 2)], task)) for n in condition_names()}
+    right = [n for n, d in answers.items() if d.label == n]
+    assert len(right) >= 8, {n: d.label for n, d in answers.items()}
+    assert answers["healthy"].label == "healthy"
+    assert all(0 < d.confidence <= 1 for d in answers.values() if d.confidence is not None)
+
+
+def test_fit_is_deterministic(digits_grid) -> None:
+    records = [r for (_, seed), r in digits_grid.items() if seed < 2]
+    task = get_task("digits")
+    runs = [run_for(digits_grid[(n, 2)], task) for n in condition_names()]
+    first, second = LearnedDiagnoser().fit(records), LearnedDiagnoser().fit(reversed(records))
+    assert [first.diagnose(r) for r in runs] == [second.diagnose(r) for r in runs]
+
+
+@parametrize_checks(LearnedDiagnoser(seeds=(100,)))
+def test_learned_passes_the_checks(diagnoser, check) -> None:
+    # One training seed keeps the first-use training to ten short-lived runs.
+    check(diagnoser)
