@@ -117,7 +117,8 @@ class PreflightReport:
         table["verdict"] = table.pop("passed").map({True: "pass", False: "FAIL"})
         if table["cuda_max_allocated_mib"].isna().all():
             table = table.drop(columns=["cuda_max_allocated_mib", "cuda_max_reserved_mib"])
-        return table.set_index("phase")
+        detail = table.pop("detail")  # last: the long text column reads best at the end
+        return table.assign(detail=detail).set_index("phase")
 
     def __str__(self) -> str:
         verdict = "all gates pass" if self.passed else f"FAILED: {', '.join(self.failed)}"

@@ -188,19 +188,36 @@ def test_bad_input_is_one_clear_error(call: object, message: str) -> None:
         call()  # type: ignore[operator]
 
 
-@pytest.mark.parametrize(("fault", "status"), [("healthy", 0), ("starved_loader", 1)])
-def test_cli_doctor_on_a_stored_run(
+class SaysStarved(Recorder):
+    """A stand-in that always names a fault (for the exit status)."""
+
+    def __init__(self) -> None:
+        super().__init__("starved_loader")
+
+
+@pytest.mark.parametrize(("diagnoser", "status"), [("Recorder", 0), ("SaysStarved", 1)])
+def test_cli_doctor_exits_1_when_a_fault_is_named(
     digits_grid: Grid,
     shared_store_root: Path,
-    fault: str,
+    diagnoser: str,
     status: int,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["doctor", "--task", "digits", "--fault", fault, "--store", str(shared_store_root)]
+    argv = ["doctor", "--diagnoser", f"{__name__}:{diagnoser}", "--store", str(shared_store_root)]
     assert main(argv) == status
     out = capsys.readouterr().out
-    assert re.search(rf"^diagnosis: {fault}\b", out, re.M)
+    assert "run: task digits, condition healthy, seed 0" in out
     assert "upgrade checklist" in out and "data wait is low" in out
+
+
+def test_cli_doctor_with_rules_names_huge_inputs(
+    digits_grid: Grid, shared_store_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["doctor", "--fault", "huge_inputs", "--store", str(shared_store_root)]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^diagnosis: huge_inputs\b", out, re.M), out
+    assert "fix 'huge_inputs' first" in out
 
 
 def test_cli_doctor_no_probe_says_so(

@@ -146,7 +146,7 @@ def test_cli_healthy_prints_six_passing_rows(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in PHASES]
     assert [r.split()[0] for r in rows] == list(PHASES)
-    assert all(r.rstrip().endswith("pass") for r in rows)
+    assert all("pass" in r.split() and "FAIL" not in r.split() for r in rows)
     assert "examples per update: 32" in out and "verdict: all gates pass" in out
 
 
