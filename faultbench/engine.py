@@ -6,10 +6,11 @@ store never sees two writers. Every engine streams results as they finish.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol, TypeVar
 
@@ -19,6 +20,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_RETRIES = 2  # a task whose worker died is retried this many times, then fails
+DASK_CONNECT_TIMEOUT = "5s"  # how long to try reaching a Dask scheduler before giving up
 
 
 class WorkerDied(RuntimeError):
@@ -68,19 +70,32 @@ class SerialEngine:
 
 
 class LocalEngine:
-    """A pool of worker processes on this machine (one per core by default)."""
+    """A pool of worker processes on this machine (one per core by default).
+
+    The pool starts on the first :meth:`map_unordered` that has work (so a run
+    whose records are all stored never starts one) and is reused by later
+    calls until :meth:`close`: a worker pays for importing torch only once.
+    """
 
     name = "local"
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or max(1, len(os.sched_getaffinity(0)))
+        self._executor: ProcessPoolExecutor | None = None
 
     def _pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
-            self.workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-        )
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+            )
+        return self._executor
+
+    def _discard_pool(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
 
     def map_unordered(
         self, fn: Callable[[T], R], items: Iterable[T]
@@ -90,10 +105,9 @@ class LocalEngine:
         deaths: dict[int, int] = {}
         while pending:
             pool = self._pool()
-            futures: dict[Future[R], int] = {}
+            futures = {pool.submit(fn, item): i for i, item in enumerate(pending)}
+            retry: list[T] = []
             try:
-                futures = {pool.submit(fn, item): i for i, item in enumerate(pending)}
-                retry: list[T] = []
                 waiting = set(futures)
                 while waiting:
                     done, waiting = wait(waiting, return_when=FIRST_COMPLETED)
@@ -108,16 +122,35 @@ class LocalEngine:
                                 retry.append(item)
                         else:
                             yield item, exc if exc is not None else future.result()
-                pending = retry
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+            except BaseException:
+                self._discard_pool()  # the caller stopped early: drop queued work
+                raise
+            if retry:
+                self._discard_pool()  # a broken pool takes no more work
+            pending = retry
 
     def close(self) -> None:
-        """Pools are closed after each map."""
+        """Shut the worker processes down."""
+        self._discard_pool()
+
+
+class _OneThread:
+    """Wraps a task so that it runs with one torch thread, on any worker."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, item: Any) -> Any:
+        _init_worker()
+        return self.fn(item)
 
 
 class DaskEngine:
-    """A Dask distributed cluster: a new LocalCluster, or an existing scheduler."""
+    """A Dask distributed cluster: a new LocalCluster, or an existing scheduler.
+
+    Dask does the scheduling, retries and data transfer; workers return
+    records and only this (driver) process writes them.
+    """
 
     name = "dask"
 
@@ -126,21 +159,27 @@ class DaskEngine:
             from distributed import Client, LocalCluster
         except ImportError:  # pragma: no cover - dask is a declared dependency
             raise FaultbenchError("--engine dask needs 'distributed' installed") from None
+        _quiet_dask()
         self._cluster = None
         if address:
             try:
-                self._client = Client(address, timeout="10s")
-            except OSError as exc:
+                self._client = Client(address, timeout=DASK_CONNECT_TIMEOUT)
+            except (OSError, TimeoutError) as exc:
                 raise FaultbenchError(
-                    f"Cannot reach the Dask scheduler at '{address}': {exc}"
+                    f"cannot reach the Dask scheduler at '{address}' within "
+                    f"{DASK_CONNECT_TIMEOUT} ({type(exc).__name__}); expected a running "
+                    "scheduler such as tcp://HOST:8786, or omit --address for a local cluster"
                 ) from None
         else:
             n = workers or max(1, len(os.sched_getaffinity(0)))
             self._cluster = LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",  # any free port: 8787 may be taken
+                silence_logs=logging.ERROR,
             )
             self._client = Client(self._cluster)
-        self._client.run(_init_worker)
 
     def map_unordered(
         self, fn: Callable[[T], R], items: Iterable[T]
@@ -149,7 +188,9 @@ class DaskEngine:
         from distributed import as_completed
 
         items = list(items)
-        futures = self._client.map(fn, items, pure=False, retries=MAX_RETRIES)
+        if not items:
+            return
+        futures = self._client.map(_OneThread(fn), items, pure=False, retries=MAX_RETRIES)
         index = {f.key: i for i, f in enumerate(futures)}
         for future in as_completed(futures):
             item = items[index[future.key]]
@@ -165,10 +206,18 @@ class DaskEngine:
             self._cluster.close()
 
 
+def _quiet_dask() -> None:
+    # Dask logs every worker start and stop at INFO; the CLI shows errors only.
+    for name in ("distributed", "dask"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 ENGINES = ("local", "serial", "dask")
 
 
-def make_engine(name: str = "local", *, workers: int | None = None, address: str | None = None) -> Any:
+def make_engine(
+    name: str = "local", *, workers: int | None = None, address: str | None = None
+) -> Any:
     """Build an engine by name.
 
     Raises:
