@@ -1,0 +1,68 @@
+"""``faultbench bench --quick`` prints every figure (timings are never asserted)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from faultbench.diagnosis import diagnoser_names
+
+NUMBER = r"-?\d+\.\d+"
+
+
+@pytest.fixture(scope="module")
+def bench_output() -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "faultbench", "bench", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def figure(output: str, number: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith(f"{number}. ")]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_bench_names_the_machine(bench_output: str) -> None:
+    first = bench_output.splitlines()[0]
+    assert first.startswith("faultbench bench --quick on ")
+    assert re.search(r"\d+ cores available", first)
+
+
+@pytest.mark.parametrize(
+    ("number", "goal"),
+    [("1", "<= 1.10"), ("3", ">= 0.85"), ("4a", None), ("4b", "trains nothing"), ("5", None)],
+)
+def test_bench_prints_each_measured_figure(
+    bench_output: str, number: str, goal: str | None
+) -> None:
+    line = figure(bench_output, number)
+    assert re.search(rf": {NUMBER}", line), line
+    if goal is not None:
+        assert f"goal {goal}" in line and re.search(r"\((met|NOT met)\)", line), line
+
+
+def test_bench_probe_ratio_uses_rules_when_registered(bench_output: str) -> None:
+    line = figure(bench_output, "2")
+    if "rules" in diagnoser_names():
+        assert re.search(rf": {NUMBER}x  goal <= 0.5", line), line
+        assert "probe steps per diagnosis" in line
+    else:
+        assert "n/a" in line and "not available yet" in line
+
+
+def test_bench_warm_rescoring_trained_nothing(bench_output: str) -> None:
+    line = figure(bench_output, "4b")
+    assert "trained 0" in line and "process pool started: no" in line and "(met)" in line
+    cold = figure(bench_output, "4a")
+    assert re.search(r"(\d+) runs trained \1,", cold), cold  # a fresh store trains every run
