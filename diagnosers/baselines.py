@@ -38,7 +38,11 @@ class RandomDiagnoser:
         """Answer a label drawn from a generator seeded by the run."""
         labels = condition_names()
         # The first loss tells runs of one seed apart without revealing anything.
-        first = float(np.nan_to_num(run.trace.loss[0], posinf=1e9, neginf=-1e9)) if run.trace.steps else 0.0
+        first = (
+            float(np.nan_to_num(run.trace.loss[0], posinf=1e9, neginf=-1e9))
+            if run.trace.steps
+            else 0.0
+        )
         salt = int(abs(first) * 1e6) % 1_000_003
         rng = np.random.default_rng([self.seed, run.seed, salt])
         return Diagnosis(str(rng.choice(labels)), confidence=1 / len(labels), evidence={})

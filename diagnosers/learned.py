@@ -135,10 +135,18 @@ class LearnedDiagnoser:
             if self.engine is None:
                 engine.close()
 
-    def diagnose(self, run: Run) -> Diagnosis:
-        """The forest's vote, with its share of trees as confidence."""
+    def prepare(self) -> None:
+        """Fit the forest (training its runs if not stored) unless already fitted.
+
+        ``evaluate`` calls this before the first diagnosis, so fitting never
+        counts against the per-diagnosis time limit.
+        """
         if self._forest is None:
             self.fit(self.training_records())
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        """The forest's vote, with its share of trees as confidence."""
+        self.prepare()
         assert self._forest is not None
         x = features(run)
         proba = self._forest.predict_proba(x.reshape(1, -1))[0]
@@ -147,10 +155,4 @@ class LearnedDiagnoser:
         return Diagnosis(str(self._forest.classes_[best]), float(proba[best]), evidence)
 
 
-@DIAGNOSERS.register("learned")
-def _fitted() -> LearnedDiagnoser:
-    # Fitted when resolved by name, so training never counts against the
-    # per-diagnosis time limit of an evaluation.
-    learned = LearnedDiagnoser()
-    learned.fit(learned.training_records())
-    return learned
+DIAGNOSERS.add("learned", LearnedDiagnoser)

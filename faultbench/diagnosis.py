@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from faultbench.errors import FaultbenchError, unknown_name
@@ -21,9 +22,15 @@ ENTRY_POINT_GROUP = "faultbench.diagnosers"
 class Diagnosis:
     """A diagnoser's answer about one run."""
 
-    label: str  # a condition name (a fault or "healthy"), or "unknown"
+    label: str  # a condition name (a fault or "healthy"), or "unknown" to abstain
     confidence: float | None = None  # in [0, 1] where the diagnoser can say
     evidence: Mapping[str, Any] = field(default_factory=dict)  # the numbers that decided it
+    also: tuple[str, ...] = ()  # further faults, for a run with several at once
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Every label named: ``label`` first, then ``also``."""
+        return (self.label, *self.also)
 
     def __post_init__(self) -> None:
         if self.confidence is not None and not 0.0 <= self.confidence <= 1.0:
@@ -34,8 +41,15 @@ class Diagnosis:
 class Diagnoser(Protocol):
     """Anything with a ``name``, a ``tuned_on`` set and ``diagnose(run)``."""
 
-    name: str
-    tuned_on: frozenset[str] | set[str]
+    @property
+    def name(self) -> str:
+        """The diagnoser's name in reports."""
+        ...
+
+    @property
+    def tuned_on(self) -> AbstractSet[str]:
+        """Names of the tasks whose results shaped it (tuned-on vs held-out)."""
+        ...
 
     def diagnose(self, run: Run) -> Diagnosis:
         """Name what is wrong with ``run``."""
@@ -129,11 +143,15 @@ def _load_entry_points() -> None:
     _entry_points_loaded = True
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name not in DIAGNOSERS:
-            DIAGNOSERS.add(ep.name, lambda ep=ep: _checked(_instantiate(ep.load()), ep.value))
+            DIAGNOSERS.add(ep.name, _entry_point_factory(ep))
 
 
-def _instantiate(obj: object) -> object:
-    return obj() if isinstance(obj, type) else obj
+def _entry_point_factory(ep: EntryPoint) -> Callable[[], Diagnoser]:
+    def build() -> Diagnoser:
+        obj = ep.load()
+        return _checked(obj() if isinstance(obj, type) else obj, ep.value)
+
+    return build
 
 
 def finite_or_none(value: float) -> float | None:

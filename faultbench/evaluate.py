@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 from sklearn.metrics import confusion_matrix
 
+from faultbench.calibration import coverage
 from faultbench.diagnosis import UNKNOWN, Diagnoser, get_diagnoser
 from faultbench.engine import Engine
 from faultbench.errors import FaultbenchError
-from faultbench.faults import Condition, base_setup, canonical_conditions, condition_names
+from faultbench.faults import HEALTHY, Condition, base_setup, canonical_conditions, condition_names
 from faultbench.harness import DEFAULT_TIMEOUT, diagnose_safely
+from faultbench.manifest import manifestation
 from faultbench.records import RunRecord, RunSpec
 from faultbench.run import Probe, Run
 from faultbench.store import Store
@@ -36,6 +38,9 @@ class RunResult:
     train_seconds: float = 0.0  # wall time of the training run
     train_steps: int = 0  # optimizer steps of the training run
     severity: float | None = None  # the fault's severity, None for healthy
+    also: tuple[str, ...] = ()  # further labels the diagnoser named (multi-fault runs)
+    manifested: bool | None = None  # the fault visibly changed the trace (None: untested)
+    deviations: tuple[str, ...] = ()  # the trace signals outside the healthy runs' spread
 
     @property
     def correct(self) -> bool:
@@ -97,9 +102,13 @@ class Report:
         rows = self.labels
         columns = [*condition_names(), UNKNOWN]
         columns += sorted({r.predicted for r in results} - set(columns))
-        matrix = confusion_matrix(
-            [r.condition for r in results], [r.predicted for r in results], labels=columns
-        ) if results else [[0] * len(columns) for _ in columns]
+        matrix = (
+            confusion_matrix(
+                [r.condition for r in results], [r.predicted for r in results], labels=columns
+            )
+            if results
+            else [[0] * len(columns) for _ in columns]
+        )
         frame = pd.DataFrame(matrix, index=columns, columns=columns).loc[rows]
         frame.index.name, frame.columns.name = "true", "predicted"
         return frame
@@ -118,8 +127,11 @@ class Report:
     def seed_scores(self) -> pd.DataFrame:
         """Correct and total per seed."""
         rows = [
-            {"seed": s, "correct": sum(r.correct for r in self.results if r.seed == s),
-             "total": sum(1 for r in self.results if r.seed == s)}
+            {
+                "seed": s,
+                "correct": sum(r.correct for r in self.results if r.seed == s),
+                "total": sum(1 for r in self.results if r.seed == s),
+            }
             for s in self.seeds
         ]
         return pd.DataFrame(rows).set_index("seed")
@@ -133,6 +145,19 @@ class Report:
     def mean_train_steps(self) -> float:
         """Average training steps of the diagnosed runs."""
         return sum(r.train_steps for r in self.results) / max(1, self.total)
+
+    @property
+    def manifestation(self) -> dict[str, int]:
+        """Faulty runs split by what happened: named, missed though visible, invisible."""
+        faulty = [r for r in self.results if r.condition != HEALTHY]
+        return {
+            "faulty_runs": len(faulty),
+            "named": sum(r.correct for r in faulty),
+            "missed_visible": sum(not r.correct and r.manifested is True for r in faulty),
+            "missed_invisible": sum(not r.correct and r.manifested is False for r in faulty),
+            "untested": sum(r.manifested is None for r in faulty),
+            "invisible": sum(r.manifested is False for r in faulty),
+        }
 
     def frame(self) -> pd.DataFrame:
         """One row per run: truth, answer, status and cost."""
@@ -149,11 +174,16 @@ class Report:
             "correct": self.correct,
             "total": self.total,
             "accuracy": self.accuracy,
-            "confusion": {t: {p: int(confusion.loc[t, p]) for p in confusion.columns}
-                          for t in confusion.index},
-            "per_seed": {str(s): {"correct": int(row.correct), "total": int(row.total)}
-                         for s, row in self.seed_scores.iterrows()},
+            "confusion": {
+                t: {p: int(confusion.loc[t, p]) for p in confusion.columns} for t in confusion.index
+            },
+            "per_seed": {
+                str(s): {"correct": int(row.correct), "total": int(row.total)}
+                for s, row in self.seed_scores.iterrows()
+            },
             "failures": self.failures,
+            "manifestation": self.manifestation,
+            "coverage": coverage(self.results),
             "mean_probe_steps": self.mean_probe_steps,
             "mean_train_steps": self.mean_train_steps,
             "trained": self.trained,
@@ -203,10 +233,29 @@ def evaluate(
         for cond in (conditions or canonical_conditions())
         for seed in range(seeds)
     ]
+    prepare = getattr(diag, "prepare", None)
+    if callable(prepare):
+        prepare()  # e.g. fit a learned model: not part of any one diagnosis's time
     results, trained = [], 0
+    records: dict[tuple[str, int], RunRecord] = {}
     for spec, record, fresh in ensure_records(specs, the_task, store=the_store, engine=engine):
         trained += fresh
+        records[(spec.condition.name, spec.seed)] = record
         results.append(_score_one(diag, the_task, spec, record, timeout))
+    # The manifestation check compares each faulty run with healthy runs of the
+    # same task and seeds; a grid without them (a sweep, pairs) trains them too.
+    healthy_specs = [
+        RunSpec(the_task.name, the_task.fingerprint, Condition(), s)
+        for s in range(seeds)
+        if (HEALTHY, s) not in records
+    ]
+    for spec, record, fresh in ensure_records(
+        healthy_specs, the_task, store=the_store, engine=engine
+    ):
+        trained += fresh
+        records[(HEALTHY, spec.seed)] = record
+    healthy = [records[(HEALTHY, s)] for s in range(seeds)]
+    results = _with_manifestation(results, records, healthy)
     order = {name: i for i, name in enumerate(condition_names())}
     results.sort(key=lambda r: (order.get(r.condition, len(order)), r.condition, r.seed))
     return Report(
@@ -230,14 +279,28 @@ def run_for(record: RunRecord, task: Task) -> Run:
 def _score_one(
     diag: Diagnoser, task: Task, spec: RunSpec, record: RunRecord, timeout: float
 ) -> RunResult:
-    severity = spec.condition.faults[0][1] if spec.condition.faults else None
-    base = {"seed": spec.seed, "condition": spec.condition.name, "severity": severity,
-            "train_seconds": record.seconds}
+    truth = spec.condition
+    severity = truth.faults[0][1] if truth.faults else None
+    result = RunResult(
+        seed=spec.seed,
+        condition=truth.name,
+        predicted=UNKNOWN,
+        status="run-failed",
+        severity=severity,
+        train_seconds=record.seconds,
+        message=record.error,
+    )
     if not record.ok:
-        return RunResult(predicted=UNKNOWN, status="run-failed", message=record.error, **base)
-    outcome = diagnose_safely(diag, run_for(record, task), timeout=timeout)
-    return RunResult(
+        return result
+    try:
+        run = run_for(record, task)
+    except Exception as exc:  # a broken setup must not stop the other runs
+        return replace(result, status="error", message=f"building the run failed: {exc!r}")
+    outcome = diagnose_safely(diag, run, timeout=timeout)
+    return replace(
+        result,
         predicted=outcome.label,
+        also=outcome.also,
         status=outcome.status,
         confidence=outcome.confidence,
         evidence=outcome.evidence,
@@ -245,5 +308,20 @@ def _score_one(
         probe_steps=outcome.probe_steps,
         diagnose_seconds=outcome.seconds,
         train_steps=record.config.steps if record.config else 0,
-        **base,
     )
+
+
+def _with_manifestation(
+    results: list[RunResult], records: dict[tuple[str, int], RunRecord], healthy: list[RunRecord]
+) -> list[RunResult]:
+    reference = [(r.trace, r.config) for r in healthy if r.ok and r.trace and r.config]
+    out = []
+    for result in results:
+        record = records.get((result.condition, result.seed))
+        if result.condition == HEALTHY or record is None or not record.ok:
+            out.append(result)
+            continue
+        assert record.trace is not None and record.config is not None
+        seen = manifestation(record.trace, record.config, reference)
+        out.append(replace(result, manifested=seen.visible, deviations=seen.deviations))
+    return out

@@ -73,6 +73,22 @@ class Severity:
     low: float  # smallest valid value
     high: float  # largest valid value
     meaning: str  # what the number is, in a few words
+    worse_when_higher: bool = True  # False where a smaller value is the worse fault
+
+    def milder_to_worse(self, values: Sequence[float]) -> list[float]:
+        """``values`` sorted from the mildest to the most severe."""
+        return sorted(values, reverse=not self.worse_when_higher)
+
+    def grid(self, n: int = 6) -> list[float]:
+        """``n`` values spanning the valid range (log-spaced), canonical included, mild first."""
+        if self.low > 0 and self.high / self.low > 20:
+            values = np.geomspace(self.low, self.high, n)
+        else:
+            values = np.linspace(self.low, self.high, n)
+        if float(self.high).is_integer() and float(self.low).is_integer():
+            values = np.unique(np.round(values))
+        points = {float(f"{v:.3g}") for v in values} | {self.canonical}
+        return self.milder_to_worse(sorted(points))
 
     def check(self, fault: str, value: float) -> float:
         """Return ``value`` as a float, or raise if it is outside the range."""
@@ -153,7 +169,7 @@ def _dead_units(setup: RunSetup, severity: float | None) -> RunSetup:
 @fault(
     "starved_loader",
     "the data pipeline is the bottleneck: each batch makes the step wait",
-    Severity(0.002, 1e-4, 1.0, "seconds spent producing each batch"),
+    Severity(0.002, 1e-4, 0.02, "seconds spent producing each batch"),
 )
 def _starved_loader(setup: RunSetup, severity: float | None) -> RunSetup:
     return setup.replace(batch_delay=float(severity or 0.0))
@@ -162,7 +178,9 @@ def _starved_loader(setup: RunSetup, severity: float | None) -> RunSetup:
 @fault(
     "too_small_model",
     "the hidden layer is far too narrow for the task",
-    Severity(2.0, 1.0, 8.0, "width of the hidden layer (smaller is worse)"),
+    Severity(
+        2.0, 1.0, 8.0, "width of the hidden layer (smaller is worse)", worse_when_higher=False
+    ),
 )
 def _too_small_model(setup: RunSetup, severity: float | None) -> RunSetup:
     return setup.replace(hidden=int(severity or 1))
@@ -238,8 +256,12 @@ def condition(*faults: str | tuple[str, float | None]) -> Condition:
         if spec.severity is None:
             pairs.append((name, None))
         else:
-            pairs.append((name, spec.severity.check(name, spec.severity.canonical
-                                                     if value is None else value)))
+            pairs.append(
+                (
+                    name,
+                    spec.severity.check(name, spec.severity.canonical if value is None else value),
+                )
+            )
     if len({n for n, _ in pairs}) != len(pairs):
         raise FaultbenchError(f"a condition names the same fault twice: {[n for n, _ in pairs]}")
     return Condition(tuple(pairs))

@@ -44,6 +44,7 @@ class Outcome:
     message: str = ""  # what went wrong, for error and timeout
     probe_steps: int = 0  # probe training steps the diagnosis used
     seconds: float = 0.0  # wall time of the diagnosis
+    also: tuple[str, ...] = ()  # further labels, for runs with several faults
 
 
 def diagnose_safely(diagnoser: Diagnoser, run: Run, *, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
@@ -75,7 +76,16 @@ def diagnose_safely(diagnoser: Diagnoser, run: Run, *, timeout: float = DEFAULT_
         status = "error" if message else "ok"
     if status != "ok" or not isinstance(answer, Diagnosis):
         return Outcome(status, UNKNOWN, message=message, probe_steps=steps, seconds=seconds)
-    return Outcome("ok", answer.label, answer.confidence, dict(answer.evidence), "", steps, seconds)
+    return Outcome(
+        "ok",
+        answer.label,
+        answer.confidence,
+        dict(answer.evidence),
+        "",
+        steps,
+        seconds,
+        tuple(answer.also),
+    )
 
 
 def _invalid(diagnoser: object, answer: object) -> str:
@@ -85,6 +95,9 @@ def _invalid(diagnoser: object, answer: object) -> str:
         return f"{name}.diagnose returned {type(answer).__name__}, expected Diagnosis"
     if not isinstance(answer.label, str) or answer.label not in {*condition_names(), UNKNOWN}:
         return f"{name}.diagnose returned unknown label {answer.label!r}"
+    also = getattr(answer, "also", ())
+    if not isinstance(also, tuple) or any(a not in condition_names() for a in also):
+        return f"{name}.diagnose returned also={also!r}, expected a tuple of condition names"
     if not isinstance(answer.evidence, Mapping):
         return f"{name}.diagnose returned evidence of type {type(answer.evidence).__name__}"
     conf = answer.confidence

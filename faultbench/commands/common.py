@@ -15,7 +15,9 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 1; got '{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"expected an integer of at least 1; got '{text}'"
+        ) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer of at least 1; got {value}")
     return value
@@ -23,17 +25,39 @@ def positive_int(text: str) -> int:
 
 def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     """``--store``, ``--engine``, ``--workers``, ``--address``, ``--timeout``."""
-    parser.add_argument("--store", default=None, help="record directory (default: $FAULTBENCH_STORE or ~/.cache/faultbench/runs)")
-    parser.add_argument("--engine", default="local", help=f"where runs train: {', '.join(ENGINES)} (default: local)")
-    parser.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: one per core)")
-    parser.add_argument("--address", default=None, help="Dask scheduler address, e.g. tcp://HOST:8786 (with --engine dask)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds one diagnosis may take (default: {DEFAULT_TIMEOUT:g})")
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="record directory (default: $FAULTBENCH_STORE or ~/.cache/faultbench/runs)",
+    )
+    parser.add_argument(
+        "--engine", default="local", help=f"where runs train: {', '.join(ENGINES)} (default: local)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="worker processes (default: one per core)",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="Dask scheduler address, e.g. tcp://HOST:8786 (with --engine dask)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds one diagnosis may take (default: {DEFAULT_TIMEOUT:g})",
+    )
 
 
 def engine_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The engine the arguments ask for."""
     if args.address and args.engine != "dask":
-        raise FaultbenchError(f"--address '{args.address}' needs --engine dask; got --engine {args.engine}")
+        raise FaultbenchError(
+            f"--address '{args.address}' needs --engine dask; got --engine {args.engine}"
+        )
     return make_engine(args.engine, workers=args.workers, address=args.address)
 
 

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Print the three registries."""
-    from faultbench.diagnosis import get_diagnoser, diagnoser_names
+    from faultbench.diagnosis import diagnoser_names, get_diagnoser
     from faultbench.faults import FAULTS, HEALTHY
     from faultbench.tasks import get_task, task_names
 
@@ -23,8 +23,11 @@ def main(args: argparse.Namespace) -> int:
     for name in FAULTS.names():
         fault = FAULTS.get(name)
         sev = fault.severity
-        knob = (f"severity {sev.canonical:g} ({sev.meaning}; valid {sev.low:g}..{sev.high:g})"
-                if sev else "no severity knob")
+        knob = (
+            f"severity {sev.canonical:g} ({sev.meaning}; valid {sev.low:g}..{sev.high:g})"
+            if sev
+            else "no severity knob"
+        )
         print(f"  {name:<22} {fault.summary}; {knob}")
     print("tasks:")
     for name in task_names():

@@ -8,7 +8,12 @@ import sys
 
 import pandas as pd
 
-from faultbench.commands.common import add_execution_arguments, engine_from, positive_int, store_from
+from faultbench.commands.common import (
+    add_execution_arguments,
+    engine_from,
+    positive_int,
+    store_from,
+)
 from faultbench.evaluate import Report, evaluate
 
 NAME = "run"
@@ -17,10 +22,18 @@ HELP = "score a diagnoser on every condition of a task"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``run``."""
-    parser.add_argument("--diagnoser", required=True, help="registered name or module:Class (imports and runs that module)")
+    parser.add_argument(
+        "--diagnoser",
+        required=True,
+        help="registered name or module:Class (imports and runs that module)",
+    )
     parser.add_argument("--task", required=True, help="task name (see `faultbench list`)")
-    parser.add_argument("--seeds", type=positive_int, default=5, help="seeds per condition (default: 5)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--seeds", type=positive_int, default=5, help="seeds per condition (default: 5)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of tables"
+    )
     add_execution_arguments(parser)
 
 
@@ -33,7 +46,14 @@ def main(args: argparse.Namespace) -> int:
     task = get_task(args.task)
     engine = engine_from(args)
     try:
-        report = evaluate(diagnoser, task, seeds=args.seeds, store=store_from(args), engine=engine, timeout=args.timeout)
+        report = evaluate(
+            diagnoser,
+            task,
+            seeds=args.seeds,
+            store=store_from(args),
+            engine=engine,
+            timeout=args.timeout,
+        )
     finally:
         engine.close()
     for note in report.notes:
@@ -48,18 +68,33 @@ def main(args: argparse.Namespace) -> int:
 def render(report: Report) -> str:
     """The human-readable report."""
     kind = "tuned-on" if report.tuned else "held-out"
+    tuned_on = ", ".join(report.tuned_on) or "nothing"
+    seen = report.manifestation
+    cover = report.to_dict()["coverage"]
     lines = [
-        f"{report.diagnoser} on {report.task} ({kind}; tuned on: {', '.join(report.tuned_on) or 'nothing'})",
+        f"{report.diagnoser} on {report.task} ({kind}; tuned on: {tuned_on})",
         "",
         _matrix(report.confusion),
         "",
         f"{report.correct}/{report.total} correct ({kind})",
-        "per seed: " + ", ".join(f"seed {s}: {int(r.correct)}/{int(r.total)}" for s, r in report.seed_scores.iterrows()),
-        f"probe steps per diagnosis: {report.mean_probe_steps:.0f} (training steps per run: {report.mean_train_steps:.0f})",
-        f"runs trained now: {report.trained} of {report.total}",
+        "per seed: "
+        + ", ".join(
+            f"seed {s}: {int(r.correct)}/{int(r.total)}" for s, r in report.seed_scores.iterrows()
+        ),
+        f"probe steps per diagnosis: {report.mean_probe_steps:.0f} "
+        f"(training steps per run: {report.mean_train_steps:.0f})",
+        f"faulty runs: {seen['faulty_runs']}, named {seen['named']}, "
+        f"missed though the fault showed {seen['missed_visible']}, "
+        f"missed with no visible effect {seen['missed_invisible']} "
+        f"(no visible effect in all: {seen['invisible']})",
+        f"answered (not unknown): {cover['coverage']:.0%}",
+        f"runs trained now: {report.trained}",
     ]
     if report.failures:
-        lines.append("failed answers (counted wrong): " + ", ".join(f"{k}: {v}" for k, v in sorted(report.failures.items())))
+        lines.append(
+            "failed answers (counted wrong): "
+            + ", ".join(f"{k}: {v}" for k, v in sorted(report.failures.items()))
+        )
     return "\n".join(lines)
 
 
