@@ -135,13 +135,18 @@ class LearnedDiagnoser:
             if self.engine is None:
                 engine.close()
 
-    def prepare(self) -> None:
+    def prepare(self, *, store: Store | None = None, engine: Engine | None = None) -> None:
         """Fit the forest (training its runs if not stored) unless already fitted.
 
-        ``evaluate`` calls this before the first diagnosis, so fitting never
-        counts against the per-diagnosis time limit.
+        ``evaluate`` calls this before the first diagnosis with its own store and
+        engine, so the training runs land where the evaluated runs do and
+        fitting never counts against the per-diagnosis time limit.
         """
         if self._forest is None:
+            if store is not None and self.store is None:
+                self.store = store
+            if engine is not None and self.engine is None:
+                self.engine = engine
             self.fit(self.training_records())
 
     def diagnose(self, run: Run) -> Diagnosis:

@@ -28,7 +28,7 @@ from faultbench.engine import LocalEngine
 from faultbench.faults import base_setup, canonical_conditions
 from faultbench.loop import train
 from faultbench.records import RunSpec
-from faultbench.runner import TrainJob, train_record
+from faultbench.runner import make_job, train_record
 from faultbench.store import Store
 from faultbench.tasks import get_task
 
@@ -123,7 +123,7 @@ def parallel_efficiency(runs: int, workers: int | None = None) -> Figure:
     n = workers or len(os.sched_getaffinity(0))
     task = get_task("digits")
     healthy = canonical_conditions(["healthy"])[0]
-    jobs = [TrainJob(RunSpec(task.name, task.fingerprint, healthy, s), None) for s in range(runs)]
+    jobs = [make_job(RunSpec(task.name, task.fingerprint, healthy, s)) for s in range(runs)]
     seconds, starts = {}, {}
     for k in (1, n):
         engine = LocalEngine(k)

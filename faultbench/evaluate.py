@@ -22,6 +22,9 @@ from faultbench.store import Store
 from faultbench.tasks import Task, get_task
 
 
+MIN_HEALTHY_REFERENCE = 3  # healthy seeds the manifestation check needs at least
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One run's truth, the diagnoser's answer and what it cost."""
@@ -234,8 +237,8 @@ def evaluate(
         for seed in range(seeds)
     ]
     prepare = getattr(diag, "prepare", None)
-    if callable(prepare):
-        prepare()  # e.g. fit a learned model: not part of any one diagnosis's time
+    if callable(prepare):  # e.g. fit a learned model: not part of any one diagnosis's time
+        prepare(store=the_store, engine=engine)
     results, trained = [], 0
     records: dict[tuple[str, int], RunRecord] = {}
     for spec, record, fresh in ensure_records(specs, the_task, store=the_store, engine=engine):
@@ -243,10 +246,11 @@ def evaluate(
         records[(spec.condition.name, spec.seed)] = record
         results.append(_score_one(diag, the_task, spec, record, timeout))
     # The manifestation check compares each faulty run with healthy runs of the
-    # same task and seeds; a grid without them (a sweep, pairs) trains them too.
+    # same task; a grid without enough of them (a sweep, pairs) trains them too.
+    reference = range(max(seeds, MIN_HEALTHY_REFERENCE))
     healthy_specs = [
         RunSpec(the_task.name, the_task.fingerprint, Condition(), s)
-        for s in range(seeds)
+        for s in reference
         if (HEALTHY, s) not in records
     ]
     for spec, record, fresh in ensure_records(
@@ -254,7 +258,7 @@ def evaluate(
     ):
         trained += fresh
         records[(HEALTHY, spec.seed)] = record
-    healthy = [records[(HEALTHY, s)] for s in range(seeds)]
+    healthy = [records[(HEALTHY, s)] for s in reference]
     results = _with_manifestation(results, records, healthy)
     order = {name: i for i, name in enumerate(condition_names())}
     results.sort(key=lambda r: (order.get(r.condition, len(order)), r.condition, r.seed))

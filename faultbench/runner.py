@@ -6,14 +6,17 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import torch
 from tqdm import tqdm
 
+from faultbench import records
 from faultbench.engine import Engine, SerialEngine
 from faultbench.faults import base_setup
 from faultbench.loop import train
-from faultbench.records import RunRecord, RunSpec, code_version
+from faultbench.records import RunRecord, RunSpec
 from faultbench.store import Store
 from faultbench.tasks import TASKS, Task, get_task
 
@@ -24,6 +27,13 @@ class TrainJob:
 
     spec: RunSpec  # the run
     task: Task | None  # None for registered tasks: the worker rebuilds them by name
+    key: str  # the driver's cache key: a worker with other code must not re-key it
+    code_version: str  # the driver's code version, recorded with the run
+
+
+def make_job(spec: RunSpec, task: Task | None = None) -> TrainJob:
+    """The job for ``spec``, keyed by this (driver) process's code version."""
+    return TrainJob(spec, task, spec.key(), records.code_version())
 
 
 def train_record(job: TrainJob) -> RunRecord:
@@ -32,35 +42,44 @@ def train_record(job: TrainJob) -> RunRecord:
     spec = job.spec
     try:
         task = job.task or get_task(spec.task)
-        result = train(spec.condition.apply(base_setup(task, spec.seed)))
+        with _one_thread():
+            result = train(spec.condition.apply(base_setup(task, spec.seed)))
     except Exception as exc:
-        return _failed(
-            spec,
-            f"{type(exc).__name__}: {exc}",
-            time.perf_counter() - start,
-            traceback.format_exc(limit=3),
-        )
+        detail = traceback.format_exc(limit=3)
+        return _failed(job, f"{type(exc).__name__}: {exc}", time.perf_counter() - start, detail)
     return RunRecord(
         spec=spec,
-        key=spec.key(),
+        key=job.key,
         attempt="",
         status="ok",
         seconds=result.seconds,
         trace=result.trace,
         config=result.config,
-        code_version=code_version(),
+        code_version=job.code_version,
     )
 
 
-def _failed(spec: RunSpec, message: str, seconds: float, detail: str = "") -> RunRecord:
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    # A run this small only loses to thread hand-offs, and in-process training
+    # next to a busy machine inflated compute time enough to hide a starved loader.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _failed(job: TrainJob, message: str, seconds: float, detail: str = "") -> RunRecord:
     return RunRecord(
-        spec=spec,
-        key=spec.key(),
+        spec=job.spec,
+        key=job.key,
         attempt="",
         status="failed",
         seconds=seconds,
         error=f"{message}\n{detail}".strip(),
-        code_version=code_version(),
+        code_version=job.code_version,
     )
 
 
@@ -89,13 +108,13 @@ def ensure_records(
     if not missing:
         return
     registered = task.name in TASKS and get_task(task.name) is task
-    jobs = [TrainJob(spec, None if registered else task) for spec in missing]
+    jobs = [make_job(spec, None if registered else task) for spec in missing]
     engine = engine or SerialEngine()
     show = sys.stderr.isatty() if progress is None else progress
     with tqdm(total=len(jobs), desc=f"training {task.name}", unit="run", disable=not show) as bar:
         for job, result in engine.map_unordered(train_record, jobs):
             if isinstance(result, BaseException):
-                result = _failed(job.spec, f"{type(result).__name__}: {result}", 0.0)
+                result = _failed(job, f"{type(result).__name__}: {result}", 0.0)
             store.save(result)
             bar.update()
             yield job.spec, result, True
