@@ -21,7 +21,6 @@ from faultbench.run import Probe, Run
 from faultbench.store import Store
 from faultbench.tasks import Task, get_task
 
-
 MIN_HEALTHY_REFERENCE = 3  # healthy seeds the manifestation check needs at least
 
 
@@ -62,6 +61,7 @@ class Report:
     results: tuple[RunResult, ...]  # one per run, sorted by condition then seed
     trained: int = 0  # runs trained by this evaluation (the rest were stored)
     notes: tuple[str, ...] = ()  # stale or broken records met on the way
+    not_applicable: tuple[tuple[str, str], ...] = ()  # faults the task declares moot, and why
 
     @property
     def labels(self) -> list[str]:
@@ -186,6 +186,7 @@ class Report:
             },
             "failures": self.failures,
             "manifestation": self.manifestation,
+            "not_applicable": dict(self.not_applicable),
             "coverage": coverage(self.results),
             "mean_probe_steps": self.mean_probe_steps,
             "mean_train_steps": self.mean_train_steps,
@@ -233,7 +234,7 @@ def evaluate(
     the_store = store if isinstance(store, Store) else Store(store)
     specs = [
         RunSpec(the_task.name, the_task.fingerprint, cond, seed)
-        for cond in (conditions or canonical_conditions())
+        for cond in (conditions or canonical_conditions(task=the_task))
         for seed in range(seeds)
     ]
     prepare = getattr(diag, "prepare", None)
@@ -270,6 +271,7 @@ def evaluate(
         results=tuple(results),
         trained=trained,
         notes=tuple(the_store.notes),
+        not_applicable=tuple(sorted(the_task.inapplicable.items())),
     )
 
 

@@ -34,6 +34,8 @@ class RunSetup:
     X_val: np.ndarray  # inputs the run validates on
     y_val: np.ndarray  # labels the run validates on
     hidden: int  # width of the ReLU hidden layer
+    architecture: str  # model recipe (see faultbench.architectures)
+    image_side: int  # side of square images, for the "cnn" recipe
     lr: float  # Adam's learning rate
     batch_size: int  # examples per update
     steps: int  # optimizer updates
@@ -59,6 +61,8 @@ def base_setup(task: Task, seed: int) -> RunSetup:
         X_val=task.X_val,
         y_val=task.y_val,
         hidden=d.hidden,
+        architecture=d.architecture,
+        image_side=d.image_side,
         lr=d.lr,
         batch_size=d.batch_size,
         steps=d.steps,
@@ -272,6 +276,13 @@ def condition_names() -> list[str]:
     return [HEALTHY, *FAULTS.names()]
 
 
-def canonical_conditions(names: Sequence[str] | None = None) -> list[Condition]:
-    """One condition per label, each fault at its canonical severity."""
-    return [condition(name) for name in (names or condition_names())]
+def canonical_conditions(
+    names: Sequence[str] | None = None, *, task: Task | None = None
+) -> list[Condition]:
+    """One condition per label, each fault at its canonical severity.
+
+    With ``task``, faults the task declares inapplicable are left out (the
+    report lists them with the reason, so nothing is skipped silently).
+    """
+    skip = task.inapplicable if task is not None else {}
+    return [condition(name) for name in (names or condition_names()) if name not in skip]

@@ -3,45 +3,52 @@
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
+from faultbench.architectures import body
 from faultbench.faults import RunSetup
 
 DEAD_MARGIN = 1.0  # how far below the largest training pre-activation a dead bias sits
 
 
 def build_model(setup: RunSetup) -> nn.Sequential:
-    """An MLP with one ReLU hidden layer, initialized from ``setup.seed``.
+    """The task's model (see ``faultbench.architectures``), initialized from ``setup.seed``.
 
     Building twice from the same setup gives the same weights, which is what
     lets a probe rebuild the run's model without storing it.
     """
     torch.manual_seed(setup.seed)
-    layers: OrderedDict[str, nn.Module] = OrderedDict(
-        hidden=nn.Linear(setup.X_train.shape[1], setup.hidden),
-        relu=nn.ReLU(),
-        output=nn.Linear(setup.hidden, setup.n_classes),
+    layers = body(
+        setup.architecture,
+        n_features=setup.X_train.shape[1],
+        n_classes=setup.n_classes,
+        hidden=setup.hidden,
+        image_side=setup.image_side,
     )
     if setup.softmax_head:
         layers["softmax"] = nn.Softmax(dim=1)
     model = nn.Sequential(layers)
     if setup.dead_fraction > 0:
-        _kill_units(model.hidden, setup)  # type: ignore[arg-type]
+        _kill_units(model, setup)
     return model
 
 
-def _kill_units(layer: nn.Linear, setup: RunSetup) -> None:
+def _kill_units(model: nn.Sequential, setup: RunSetup) -> None:
     # A bias below every training pre-activation makes the unit output 0 on all
     # data, so it passes no gradient and can never come back.
-    n_dead = max(1, int(round(setup.dead_fraction * layer.out_features)))
+    layer: nn.Linear = model.hidden  # type: ignore[assignment]
+    n_dead = max(1, round(setup.dead_fraction * layer.out_features))
+    seen: list[torch.Tensor] = []
+    hook = layer.register_forward_hook(lambda _m, _i, out: seen.append(out.detach()))
     with torch.no_grad():
-        pre = torch.from_numpy(setup.X_train) @ layer.weight[:n_dead].T
-        layer.bias[:n_dead] = -(pre.max(dim=0).values + DEAD_MARGIN)
+        model(torch.from_numpy(setup.X_train))
+        hook.remove()
+        highest = seen[0][:, :n_dead].max(dim=0).values  # bias included
+        layer.bias[:n_dead] -= highest + DEAD_MARGIN
 
 
 class BatchStream:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -30,9 +30,14 @@ from torch import nn
 
 from faultbench.trace import RunConfig, Trace
 
+if TYPE_CHECKING:  # doctor and run import this module
+    from faultbench.diagnosis import Diagnosis
+    from faultbench.doctor import DoctorReport
+    from faultbench.run import Probe
+
 B = TypeVar("B")
 
-GRAD, UPDATE, BEFORE = 0, 1, 2  # rows of the work buffer
+GRAD, UPDATE, BEFORE = 0, 1, 2  # rows of the work buffer (UPDATE holds weights after)
 CHUNK_STEPS = 32  # steps copied before numpy reduces them together
 CHUNK_BYTES = 16 << 20  # at most this much copy buffer (fewer steps per chunk for big models)
 
@@ -43,8 +48,9 @@ class Monitor:
     Args:
         model: The model being trained. Every ``nn.Linear`` is a "layer";
             every ``nn.ReLU`` output is checked for inactive units.
-        optimizer: The optimizer; a pre-step hook snapshots the weights so
-            that update sizes can be measured.
+        optimizer: The optimizer (its learning rate is part of the config).
+            Update sizes are measured between consecutive ``step`` calls, so
+            weights changed outside the optimizer count as part of the update.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -55,7 +61,6 @@ class Monitor:
         self._flat = [p for ps in self._params for p in ps]
         self._work = _WorkBuffer(self._params)
         self._init = self._work.current(self._flat)  # weights at the start, for weight_change
-        self._snapped = False  # whether this step's pre-update snapshot was taken
         self._losses: list[torch.Tensor] = []  # this chunk's losses, still tensors
         self._acts: list[torch.Tensor] = []  # this chunk's ReLU outputs (training forwards)
         self._act_calls: list[int] = []  # this chunk: training forwards per step
@@ -66,16 +71,12 @@ class Monitor:
         self._input_stats: dict[str, float] = {}
         self._batch_size = 0
         self._ready = 0.0
-        self._hooks = [optimizer.register_step_pre_hook(self._snapshot)]
+        self._hooks = []
         for module in model.modules():
             if isinstance(module, nn.ReLU):
                 self._hooks.append(module.register_forward_hook(self._keep_activations))
 
     # -- hooks -----------------------------------------------------------------
-    def _snapshot(self, *_: Any) -> None:
-        self._work.snapshot(self._flat)
-        self._snapped = True
-
     def _keep_activations(self, module: nn.Module, _inp: Any, out: torch.Tensor) -> None:
         # Kept by reference until the chunk is reduced; autograd already forbids
         # changing a ReLU output in place while it is needed for backward.
@@ -103,9 +104,6 @@ class Monitor:
         self._compute.append(time.perf_counter() - (self._ready or time.perf_counter()))
         if len(self._wait) < len(self._compute):  # loop not using batches()
             self._wait.append(0.0)
-        if not self._snapped:  # the optimizer hook did not run: measure no update
-            self._work.snapshot(self._flat)
-        self._snapped = False
         self._losses.append(
             loss.detach().reshape(()) if isinstance(loss, torch.Tensor) else torch.tensor(loss)
         )
@@ -205,6 +203,24 @@ class Monitor:
             for name, m, s in zip(names, moved, size)
         }
 
+    def diagnose(self, diagnoser: str = "rules", *, probe: Probe | None = None) -> Diagnosis:
+        """Diagnose the monitored run (only passive checks without a ``probe``)."""
+        from faultbench.doctor import diagnose_monitor
+
+        return diagnose_monitor(self, diagnoser, probe=probe)
+
+    def doctor(
+        self,
+        diagnoser: str = "rules",
+        *,
+        probe: Probe | None = None,
+        oom_after_cheap_fixes: bool | None = None,
+    ) -> DoctorReport:
+        """The diagnosis and the upgrade checklist; ``print()`` it."""
+        from faultbench.doctor import doctor
+
+        return doctor(self, diagnoser, probe=probe, oom_after_cheap_fixes=oom_after_cheap_fixes)
+
     def close(self) -> None:
         """Remove the hooks this monitor put on the model and optimizer."""
         for hook in self._hooks:
@@ -240,16 +256,15 @@ class _WorkBuffer:
         self.direct = all(p.device.type == "cpu" and p.dtype == dtype for p in flat)
         self._weights: list[np.ndarray] = []  # flat numpy views of the weights
         self._pointers: list[int] = []  # where they pointed; a rebound .data renews them
+        # The weights before a step are the weights after the previous one: no
+        # copy per step, the reduction shifts the AFTER rows down by one.
+        self.last = (
+            np.concatenate([p.detach().reshape(-1).to("cpu", dtype).numpy() for p in flat])
+            if flat
+            else np.zeros(0)
+        )
         self.seen = np.zeros(self.size, dtype=bool)  # weights that ever got a nonzero gradient
         self.filled = 0  # steps copied into the chunk and not yet reduced
-
-    def snapshot(self, params: Sequence[torch.Tensor]) -> None:
-        """Copy the weights just before an update into this step's BEFORE row."""
-        if self.direct:
-            np.concatenate(self._weight_arrays(params), out=self.array[self.filled, BEFORE])
-        else:
-            with torch.no_grad():
-                torch._foreach_copy_(self.views(params)[self.filled][BEFORE], list(params))
 
     def record(self, params: Sequence[torch.Tensor]) -> bool:
         """Copy this step's gradients and updated weights; True when the chunk is full."""
@@ -293,6 +308,11 @@ class _WorkBuffer:
         the gradient, the update and the weights before it. Empties the chunk."""
         work = self.array[: self.filled]
         self.filled = 0
+        if not len(work):
+            return np.zeros((0, 1 + 3 * len(self.starts)))
+        work[0, BEFORE] = self.last
+        work[1:, BEFORE] = work[:-1, UPDATE]
+        self.last = work[-1, UPDATE].copy()
         np.subtract(work[:, UPDATE], work[:, BEFORE], out=work[:, UPDATE])
         nonzero = work[:, GRAD] != 0  # NaN counts as a gradient
         self.seen |= nonzero.any(axis=0)

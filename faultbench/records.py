@@ -74,11 +74,11 @@ class RunSpec:
 
 @cache
 def code_version() -> str:
-    """Hash of the code every run goes through (loop, model, monitor, trace)."""
-    from faultbench import loop, model, monitor, trace
+    """Hash of the code every run goes through (loop, model recipes, monitor, trace)."""
+    from faultbench import architectures, loop, model, monitor, trace
 
     digest = hashlib.sha256()
-    for module in (loop, model, monitor, trace):
+    for module in (loop, model, architectures, monitor, trace):
         digest.update(inspect.getsource(module).encode())
     return digest.hexdigest()[:12]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -29,6 +29,8 @@ class TrainDefaults:
     lr: float = 1e-3  # Adam's learning rate, a working rate for these tasks
     batch_size: int = 32  # examples per update
     steps: int = 600  # optimizer updates per run
+    architecture: str = "mlp"  # model recipe: "mlp", "cnn" (images) or "gru" (token ids)
+    image_side: int = 0  # side of the square images a "cnn" reads from each row
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +48,7 @@ class Task:
     y_val: np.ndarray  # int64 class indices
     classes: tuple[Any, ...]  # original label of each class index
     defaults: TrainDefaults = field(default_factory=TrainDefaults)
+    inapplicable: Mapping[str, str] = field(default_factory=dict)  # fault -> why it cannot apply
 
     @property
     def n_classes(self) -> int:
@@ -78,6 +81,7 @@ class Task:
         val_fraction: float = 0.2,
         split_seed: int = 0,
         defaults: TrainDefaults | None = None,
+        normalize: bool = True,
     ) -> Task:
         """Turn a user's arrays into a task with the benchmark's split and scaling.
 
@@ -88,6 +92,8 @@ class Task:
             val_fraction: Share of examples held out for validation.
             split_seed: Seed of the stratified split.
             defaults: Training defaults; the benchmark's when omitted.
+            normalize: Standardize features with training statistics; turn it
+                off for inputs that are indices (token ids), not magnitudes.
 
         Returns:
             The task.
@@ -101,7 +107,10 @@ class Task:
         X_arr, labels = _validated(X, y)
         classes, y_idx = _encode_labels(labels)
         X_tr, X_va, y_tr, y_va = _split(X_arr, y_idx, val_fraction, split_seed)
-        X_tr32, X_va32 = _normalized(X_tr, X_va)
+        if normalize:
+            X_tr32, X_va32 = _normalized(X_tr, X_va)
+        else:
+            X_tr32, X_va32 = X_tr.astype(np.float32), X_va.astype(np.float32)
         return cls(
             name=name,
             X_train=X_tr32,

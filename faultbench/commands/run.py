@@ -90,6 +90,8 @@ def render(report: Report) -> str:
         f"answered (not unknown): {cover['coverage']:.0%}",
         f"runs trained now: {report.trained}",
     ]
+    for fault, why in report.not_applicable:
+        lines.append(f"not applicable on {report.task}: {fault} ({why})")
     if report.failures:
         lines.append(
             "failed answers (counted wrong): "
