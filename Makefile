@@ -13,7 +13,7 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)  ## the main job: score the reference rules on the held-out task
-	$(BIN)/faultbench run --diagnoser always-healthy --task synthetic
+	$(BIN)/faultbench run --diagnoser rules --task synthetic
 
 test: $(STAMP)  ## the full test suite
 	$(BIN)/python -m pytest -q

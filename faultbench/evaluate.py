@@ -21,7 +21,7 @@ from faultbench.run import Probe, Run
 from faultbench.store import Store
 from faultbench.tasks import Task, get_task
 
-MIN_HEALTHY_REFERENCE = 3  # healthy seeds the manifestation check needs at least
+MIN_HEALTHY_REFERENCE = 3  # healthy seeds trained for a grid that has none of its own
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,19 @@ class Report:
             "mean_probe_steps": self.mean_probe_steps,
             "mean_train_steps": self.mean_train_steps,
             "trained": self.trained,
+            "runs": [
+                {
+                    "seed": r.seed,
+                    "condition": r.condition,
+                    "predicted": r.predicted,
+                    "also": list(r.also),
+                    "status": r.status,
+                    "manifested": r.manifested,
+                    "deviations": list(r.deviations),
+                    "probe_steps": r.probe_steps,
+                }
+                for r in self.results
+            ],
             "notes": list(self.notes),
         }
 
@@ -247,8 +260,10 @@ def evaluate(
         records[(spec.condition.name, spec.seed)] = record
         results.append(_score_one(diag, the_task, spec, record, timeout))
     # The manifestation check compares each faulty run with healthy runs of the
-    # same task; a grid without enough of them (a sweep, pairs) trains them too.
-    reference = range(max(seeds, MIN_HEALTHY_REFERENCE))
+    # same task: the grid's own, or, for a grid without any (a sweep, pairs),
+    # healthy seeds trained for the purpose.
+    has_healthy = any(spec.condition.name == HEALTHY for spec in specs)
+    reference = range(seeds if has_healthy else max(seeds, MIN_HEALTHY_REFERENCE))
     healthy_specs = [
         RunSpec(the_task.name, the_task.fingerprint, Condition(), s)
         for s in reference

@@ -59,7 +59,7 @@ def load_grid(task: str, seeds: int, store: Store, engine: Engine | None = None)
     the_task = get_task(task)
     specs = [
         RunSpec(the_task.name, the_task.fingerprint, cond, seed)
-        for cond in canonical_conditions()
+        for cond in canonical_conditions(task=the_task)
         for seed in range(seeds)
     ]
     grid: Grid = {}
@@ -89,12 +89,14 @@ def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
     for task, grid in grids.items():
         seeds = sorted({seed for _, seed in grid})
         for cond in condition_names():
+            moot = get_task(task).inapplicable.get(cond, "")  # why it cannot apply, if so
             per_seed = pd.DataFrame([_signals(grid.get((cond, s))) for s in seeds], index=seeds)
             row = {
                 "task": task,
                 "condition": cond,
                 "seeds": str(len(seeds)),
-                "failed_runs": str(sum(grid.get((cond, s)) is None for s in seeds)),
+                "failed_runs": str(0 if moot else sum(grid.get((cond, s)) is None for s in seeds)),
+                "not_applicable": moot,
                 "ln_classes": fmt(math.log(get_task(task).n_classes)),
             }
             for signal in per_seed.columns:
@@ -121,6 +123,7 @@ def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
         "wait_share_sd",
         "wait_share_last",
         "failed_runs",
+        "not_applicable",
     ]
     return pd.DataFrame(rows, columns=order)
 
@@ -160,6 +163,8 @@ def score_row(report: Report) -> dict[str, str]:
         "probe_steps_per_diagnosis": fmt(report.mean_probe_steps, 1),
         "probe_share_of_training": fmt(probe_steps / train_steps if train_steps else math.nan),
         "failed_answers": str(sum(report.failures.values())),
+        "missed_visible": str(report.manifestation["missed_visible"]),
+        "no_visible_effect": str(report.manifestation["invisible"]),
     }
     row.update({f"recall_{c}": fmt(_recall(report.results, c)) for c in condition_names()})
     return row
@@ -251,6 +256,7 @@ def faults_view(faults: pd.DataFrame, task: str) -> pd.DataFrame:
             "final (last seed)": rows["final_loss_last"],
             "wait share": [_pm(r, "wait_share") for _, r in rows.iterrows()],
             "wait (last seed)": rows["wait_share_last"],
+            "not applicable": rows["not_applicable"],
         }
     )
 
@@ -294,6 +300,8 @@ def scores_view(scores: pd.DataFrame) -> pd.DataFrame:
             + ")",
             "probe steps / diagnosis": scores["probe_steps_per_diagnosis"],
             "failed answers": scores["failed_answers"],
+            "missed though the fault showed": scores["missed_visible"],
+            "faulty runs with no visible effect": scores["no_visible_effect"],
         }
     )
 

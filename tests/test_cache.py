@@ -10,7 +10,6 @@ import pytest
 
 import faultbench.records
 from faultbench.diagnosis import Diagnosis
-from faultbench.evaluate import MIN_HEALTHY_REFERENCE as REFERENCE
 from faultbench.evaluate import evaluate
 from faultbench.faults import FAULTS, Fault, canonical_conditions, condition_names
 from faultbench.run import Run
@@ -79,16 +78,15 @@ def test_code_version_change_retrains_and_notes_the_stale_version(
     store = Store(tmp_path)
     healthy = canonical_conditions(["healthy"])
     first = evaluate("always-healthy", "digits", seeds=1, conditions=healthy, store=store)
-    # One run, plus the healthy seeds the manifestation check compares against.
-    assert (first.trained, first.notes) == (REFERENCE, ())
+    assert (first.trained, first.notes) == (1, ())
     monkeypatch.setattr(faultbench.records, "code_version", lambda: "changed-loop")
     second = evaluate(
         "always-healthy", "digits", seeds=1, conditions=healthy, store=Store(tmp_path)
     )
-    assert second.trained == REFERENCE
+    assert second.trained == 1
     assert any("healthy/seed-0" in n and "other code" in n for n in second.notes), second.notes
     keys = {r.key for r in Store(tmp_path).records()}
-    assert len(keys) == 2 * REFERENCE  # old versions' records are kept beside the new, not reused
+    assert len(keys) == 2  # the old version's record is kept beside the new one, not reused
     again = evaluate("always-healthy", "digits", seeds=1, conditions=healthy, store=Store(tmp_path))
     assert again.trained == 0
 
@@ -100,7 +98,7 @@ def test_fault_source_change_retrains_only_the_runs_it_affects(
     first = evaluate(
         "always-healthy", "digits", seeds=1, conditions=conditions, store=Store(tmp_path)
     )
-    assert first.trained == 2 + (REFERENCE - 1)  # healthy seeds 1.. are the reference
+    assert first.trained == 2
     original = Fault.source_hash.fget
     assert original is not None
     edited = property(lambda f: "edited" if f.name == "huge_inputs" else original(f))
