@@ -28,6 +28,8 @@ clean:
 
 report: $(STAMP)  ## regenerate results/ from stored runs (trains only what is missing)
 	$(BIN)/faultbench report
+	$(BIN)/faultbench sweep --fault lr_too_high --diagnoser rules --task digits
+	$(BIN)/faultbench pairs --diagnoser rules --task digits
 
 paper: $(STAMP)  ## build the paper from paper/ and results/
 	$(BIN)/faultbench paper
