@@ -10,7 +10,7 @@ import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol, TypeVar
 
@@ -41,6 +41,13 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release workers."""
         ...
+
+
+def _as_done(futures: Iterable[Future[R]]) -> Iterator[Future[R]]:
+    waiting = set(futures)
+    while waiting:
+        done, waiting = wait(waiting, return_when=FIRST_COMPLETED)
+        yield from done
 
 
 def _init_worker() -> None:
@@ -100,34 +107,40 @@ class LocalEngine:
     def map_unordered(
         self, fn: Callable[[T], R], items: Iterable[T]
     ) -> Iterator[tuple[T, R | BaseException]]:
-        """Stream results as workers finish; retry tasks whose worker died."""
-        pending = list(items)
-        deaths: dict[int, int] = {}
-        while pending:
-            pool = self._pool()
-            futures = {pool.submit(fn, item): i for i, item in enumerate(pending)}
-            retry: list[T] = []
-            try:
-                waiting = set(futures)
-                while waiting:
-                    done, waiting = wait(waiting, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        item = pending[futures[future]]
-                        exc = future.exception()
-                        if isinstance(exc, BrokenProcessPool):
-                            n = deaths[id(item)] = deaths.get(id(item), 0) + 1
-                            if n > MAX_RETRIES:
-                                yield item, WorkerDied(f"worker died {n} times: {exc}")
-                            else:
-                                retry.append(item)
-                        else:
-                            yield item, exc if exc is not None else future.result()
-            except BaseException:
-                self._discard_pool()  # the caller stopped early: drop queued work
-                raise
-            if retry:
-                self._discard_pool()  # a broken pool takes no more work
-            pending = retry
+        """Stream results as workers finish; retry tasks whose worker died.
+
+        A dead worker breaks the whole pool, so every task in flight fails with
+        it and nobody knows which one killed it. Those tasks are retried one at
+        a time in a pool of their own, and only there does a death count
+        against a task: an innocent neighbour is never reported as failed.
+        """
+        suspects: list[T] = []
+        pool = self._pool()
+        futures = {pool.submit(fn, item): item for item in items}
+        try:
+            for future in _as_done(futures):
+                exc = future.exception()
+                if isinstance(exc, BrokenProcessPool):
+                    suspects.append(futures[future])
+                else:
+                    yield futures[future], exc if exc is not None else future.result()
+        except BaseException:
+            self._discard_pool()  # the caller stopped early: drop queued work
+            raise
+        if suspects:
+            self._discard_pool()  # a broken pool takes no more work
+        for item in suspects:
+            yield item, self._alone(fn, item)
+
+    def _alone(self, fn: Callable[[T], R], item: T) -> R | BaseException:
+        tries = MAX_RETRIES + 1
+        for _ in range(tries):
+            future = self._pool().submit(fn, item)
+            exc = future.exception()
+            if not isinstance(exc, BrokenProcessPool):
+                return exc if exc is not None else future.result()
+            self._discard_pool()
+        return WorkerDied(f"worker died {tries} times running this task alone")
 
     def close(self) -> None:
         """Shut the worker processes down."""

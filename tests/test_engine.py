@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from faultbench.cli import main as cli_main
-from faultbench.engine import ENGINES, DaskEngine, LocalEngine, make_engine
+from faultbench.engine import ENGINES, DaskEngine, LocalEngine, WorkerDied, make_engine
 from faultbench.errors import FaultbenchError
 from faultbench.faults import condition_names
 from faultbench.records import RunRecord, RunSpec
@@ -95,3 +97,22 @@ def test_local_pool_starts_only_when_there_is_work() -> None:
     finally:
         engine.close()
     assert engine._executor is None
+
+
+def _double_or_die(item: object) -> object:
+    """Kill the worker for "die"; otherwise take a little while and double."""
+    if item == "die":
+        os._exit(1)
+    time.sleep(0.2)
+    return 2 * item  # type: ignore[operator]
+
+
+def test_a_dying_task_does_not_take_its_neighbours_down() -> None:
+    engine = LocalEngine(workers=2)
+    try:
+        results = dict(engine.map_unordered(_double_or_die, ["die", 1, 2, 3]))
+    finally:
+        engine.close()
+    assert {k: v for k, v in results.items() if k != "die"} == {1: 2, 2: 4, 3: 6}
+    assert isinstance(results["die"], WorkerDied)
+    assert "worker died 3 times" in str(results["die"])
