@@ -173,3 +173,17 @@ def test_run_for_builds_probe_of_pair(digits_grid: Grid) -> None:
     assert abs(setup.X_train).max() > 100 and (setup.y_train != get_task("digits").y_train).all()
     record = digits_grid[("healthy", 0)]
     assert run_for(record, get_task("digits")).probe is not None
+
+
+def test_calibration_tables_for_reports() -> None:
+    from faultbench.calibration import calibration_frame, coverage_frame
+    from faultbench.evaluate import Report
+
+    confident = Report("c", "digits", True, ("digits",), (_result("healthy", "healthy", conf=0.9),))
+    silent = Report("s", "digits", False, (), (_result("healthy", "unknown"),))
+    cover = coverage_frame([silent, confident]).set_index("diagnoser")
+    assert cover.loc["c", "coverage"] == "1.000" and cover.loc["s", "coverage"] == "0.000"
+    assert cover.loc["s", "selective_accuracy"] == ""  # nothing answered: no accuracy
+    calib = calibration_frame([silent, confident])
+    assert set(calib["diagnoser"]) == {"c"} and len(calib) == 5  # one row per bin
+    assert calib.set_index("bin").loc["(0.8, 1.0]", "accuracy"] == "1.000"

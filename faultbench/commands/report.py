@@ -109,7 +109,7 @@ def generate(
     Returns:
         The files written, relative to ``out``.
     """
-    from faultbench import figures, provenance, report
+    from faultbench import calibration, figures, provenance, report
 
     reports: list[Report] = []
     grids: dict[str, report.Grid] = {}
@@ -123,12 +123,14 @@ def generate(
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings = provenance.timing_table(reports)
+    cover, calib = calibration.coverage_frame(reports), calibration.calibration_frame(reports)
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob("confusion/*.png"), *out.glob("curves/*.png")]:
         old.unlink()  # a diagnoser or task dropped since the last report leaves no stale figure
     texts = {
         "faults.md": report.faults_markdown(faults),
         "scores.md": report.scores_markdown(scores, mcnemar),
+        "calibration.md": calibration.calibration_markdown(cover, calib),
         "timings.md": "# Measured timings\n\nWall-clock seconds, measured on the machine in "
         "README.md; they vary between reports.\n\n" + report.markdown_table(timings) + "\n",
     }
@@ -139,6 +141,8 @@ def generate(
         "conditions.csv": provenance.conditions_table(),
         "setup.csv": provenance.setup_table(tasks, seeds),
         "timings.csv": timings,
+        "coverage.csv": cover,
+        "calibration.csv": calib,
     }
     written = [_write_csv(frame, out / name) for name, frame in frames.items()]
     written += [_write_text(text, out / name) for name, text in texts.items()]
