@@ -114,6 +114,9 @@ class LocalEngine:
         a time in a pool of their own, and only there does a death count
         against a task: an innocent neighbour is never reported as failed.
         """
+        items = list(items)
+        if not items:
+            return  # a fully stored grid never pays for a pool
         suspects: list[T] = []
         pool = self._pool()
         futures = {pool.submit(fn, item): item for item in items}
