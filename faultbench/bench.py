@@ -71,7 +71,7 @@ class BenchConfig:
     @classmethod
     def preset(cls, quick: bool) -> BenchConfig:
         """The full benchmark, or a quick one that only shows every figure."""
-        return cls(pairs=3, parallel_runs=4, seeds=1) if quick else cls(15, 16, 5)
+        return cls(pairs=3, parallel_runs=4, seeds=1) if quick else cls(15, 32, 5)
 
 
 def machine() -> str:
@@ -105,18 +105,18 @@ def overhead(pairs: int, task: str = "digits", seed: int = 0) -> Figure:
             instrumented.append(ic)
     finally:
         torch.set_num_threads(threads)
-    # The fastest of several runs is the one least disturbed by the shared
-    # machine (timeit's rule); the median of paired ratios is shown beside it.
-    ratio = min(instrumented) / min(bare)
+    # Interleaved pairs see the same machine state; their median ratio is the
+    # figure (the ratio of the fastest runs is shown beside it for reference).
+    ratio = statistics.median(cpu)
     return Figure(
         "1. instrumented / bare loop, time per step",
         ratio,
         "x",
         "<= 1.10",
         ratio <= 1.10,
-        f"fastest of {pairs} interleaved runs each, {task} healthy seed {seed}, {setup.steps} "
-        f"steps, thread CPU time; median of paired ratios {statistics.median(cpu):.3f} "
-        f"(wall clock {statistics.median(wall):.3f})",
+        f"median of {pairs} interleaved pairs, {task} healthy seed {seed}, {setup.steps} steps, "
+        f"thread CPU time; wall clock {statistics.median(wall):.3f}; fastest runs "
+        f"{min(instrumented) / min(bare):.3f}",
     )
 
 
