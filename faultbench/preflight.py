@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
-import resource
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,16 +22,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from faultbench.checkpoint_roundtrip import (
+    break_checkpoint,
+    compare_reload,
+    reload_elsewhere,
+    weight_sums,
+)
 from faultbench.errors import FaultbenchError
 from faultbench.faults import Condition, base_setup, condition
 from faultbench.model import build_model
+from faultbench.phase_memory import MEMORY, metered
 from faultbench.tasks import Task, get_task
 
 PHASES = ("data", "forward_loss", "backward", "update", "validation", "resume")
 BREAKS = ("truncate", "drop_optimizer")  # ways to break the checkpoint on purpose
 FIRST_LOSS_BAND = (2 / 3, 3 / 2)  # first loss / ln C outside this: inputs or init are off
 SILENT_CHECK_EXAMPLES = 512  # examples a unit silent on one microbatch is re-checked on
-MIB = 2**20
 
 
 @dataclass(frozen=True, eq=False)
@@ -213,7 +213,7 @@ def preflight(
         f"replicas {pp.data_replicas}; {len(pp.y_train)} training examples"
     )
     return PreflightReport(
-        tuple(phases), str(dev), pp.examples_per_update, pp.updates_per_epoch, summary, _MEMORY.note
+        tuple(phases), str(dev), pp.examples_per_update, pp.updates_per_epoch, summary, MEMORY.note
     )
 
 
@@ -235,67 +235,10 @@ def _device(device: str) -> torch.device:
     return dev
 
 
-# -- memory --------------------------------------------------------------------
-class _PeakMemory:
-    """Process high-water mark, reset per phase where Linux allows it."""
-
-    def __init__(self) -> None:
-        self.resettable = self._reset()
-        self.note = (
-            "CPU: process high-water mark (VmHWM), reset per phase"
-            if self.resettable
-            else "CPU: process high-water mark since start (cannot reset here)"
-        )
-
-    @staticmethod
-    def _reset() -> bool:
-        try:
-            Path("/proc/self/clear_refs").write_text("5")  # "5" resets VmHWM to the current RSS
-            return True
-        except OSError:
-            return False
-
-    def reset(self) -> None:
-        if self.resettable:
-            self._reset()
-
-    def peak_mib(self) -> float:
-        if self.resettable:
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024 / MIB
-        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / MIB
-
-
-_MEMORY = _PeakMemory()
-
-
-@contextmanager
-def _metered(device: torch.device) -> Iterator[dict[str, float | None]]:
-    out: dict[str, float | None] = {}
-    _MEMORY.reset()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    try:
-        yield out
-    finally:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            # Allocated (live tensors) and reserved (the caching allocator's pool) are
-            # different questions; adding them would count the same bytes twice.
-            out["cuda_max_allocated_mib"] = torch.cuda.max_memory_allocated(device) / MIB
-            out["cuda_max_reserved_mib"] = torch.cuda.max_memory_reserved(device) / MIB
-        out["seconds"] = time.perf_counter() - start
-        out["peak_rss_mib"] = _MEMORY.peak_mib()
-
-
 def _measured(
     name: str, gate: Callable[[_State], tuple[str, list[str], str]], state: _State
 ) -> Phase:
-    with _metered(state.device) as mem:
+    with metered(state.device) as mem:
         try:
             inputs, problems, ok_detail = gate(state)
         except Exception as exc:  # a crash is this gate's failure, reported, not raised
@@ -531,92 +474,24 @@ def _resume(s: _State) -> tuple[str, list[str], str]:
     with tempfile.TemporaryDirectory(prefix="faultbench-preflight-") as tmp:
         path = Path(tmp) / "checkpoint.pt"
         torch.save(checkpoint, path)
-        _break(path, checkpoint, s.values.get("break"))
+        break_checkpoint(path, checkpoint, s.values.get("break"))
         size = path.stat().st_size
         expected = {
             "step": s.step,
             "lr": lr,
             "next_batch": _next_batch(s).tolist(),
             "torch_draw": float(torch.rand(1)),
-            "sums": _sums(s.model.state_dict()),
+            "sums": weight_sums(s.model.state_dict()),
             "optimizer_states": len(s.optimizer.state_dict()["state"]),
         }
-        got = _reload_elsewhere(path, len(s.pilot.y_train), s.pilot.batch_size)
-    problems = [got["error"]] if "error" in got else _compare(expected, got)
+        got = reload_elsewhere(path, len(s.pilot.y_train), s.pilot.batch_size)
+    problems = [got["error"]] if "error" in got else compare_reload(expected, got)
     return (
         f"checkpoint {size / 1024:.1f} KiB",
         problems,
         f"reloaded in a new process (weights_only): step {s.step}, lr {lr:g}, "
         "next batch, RNG and weights match",
     )
-
-
-def _break(path: Path, checkpoint: dict[str, Any], how: str | None) -> None:
-    if how == "truncate":
-        data = path.read_bytes()
-        path.write_bytes(data[: len(data) // 2])
-    elif how == "drop_optimizer":
-        torch.save({k: v for k, v in checkpoint.items() if k != "optimizer"}, path)
-
-
-def _sums(state: dict[str, torch.Tensor]) -> dict[str, float]:
-    return {k: float(v.double().sum()) for k, v in state.items() if v.is_floating_point()}
-
-
-# Runs in a fresh interpreter: only torch, never pickled code (weights_only=True).
-_CHILD = """
-import json, sys, torch
-path, n, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-try:
-    ck = torch.load(path, map_location="cpu", weights_only=True)
-    missing = [k for k in ("model", "optimizer", "step", "rng") if k not in ck]
-    if missing:
-        raise KeyError(f"checkpoint lacks {missing}")
-    torch.set_rng_state(ck["rng"]["torch"])
-    sampler = torch.Generator()
-    sampler.set_state(ck["rng"]["sampler"])
-    print(json.dumps({
-        "step": int(ck["step"]),
-        "lr": float(ck["optimizer"]["param_groups"][0]["lr"]),
-        "next_batch": torch.randperm(n, generator=sampler)[:batch].tolist(),
-        "torch_draw": float(torch.rand(1)),
-        "sums": {k: float(v.double().sum()) for k, v in ck["model"].items()
-                 if v.is_floating_point()},
-        "optimizer_states": len(ck["optimizer"]["state"]),
-    }))
-except Exception as exc:
-    print(json.dumps({"error": f"reload failed: {type(exc).__name__}: {exc}"[:300]}))
-"""
-
-
-def _reload_elsewhere(path: Path, n: int, batch: int) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path), str(n), str(batch)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    try:
-        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
-    except (IndexError, json.JSONDecodeError):
-        return {"error": f"reload process failed (exit {proc.returncode}): {proc.stderr[-300:]}"}
-
-
-def _compare(expected: dict[str, Any], got: dict[str, Any]) -> list[str]:
-    problems = [
-        f"{key}: saved {expected[key]!r:.60}, reloaded {got[key]!r:.60}"
-        for key in ("step", "lr", "next_batch", "torch_draw", "optimizer_states")
-        if expected[key] != got[key]
-    ]
-    bad = [
-        k
-        for k, v in expected["sums"].items()
-        if not math.isclose(v, got["sums"].get(k, math.nan), rel_tol=1e-9, abs_tol=1e-9)
-    ]
-    if bad:
-        problems.append(f"weights differ after reload: {bad[:3]}")
-    return problems
 
 
 _GATES = (_data, _forward_loss, _backward, _update, _validation, _resume)
