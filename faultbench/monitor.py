@@ -229,11 +229,12 @@ class Monitor:
 
 
 class _WorkBuffer:
-    """Per-step copies of gradients, weights after and before each update, in chunks.
+    """Per-step copies of gradients and of the weights after each update, in chunks.
 
-    A step only copies (three ``_foreach_copy_`` calls into views of one flat
-    buffer); every ``chunk`` steps numpy reduces the whole chunk at once, so
-    the fixed cost of each array op is paid once per chunk instead of per step.
+    A step only copies (gradients and weights into one row of a flat buffer);
+    the weights before a step are the previous row's weights after, filled in
+    at reduction. Every ``chunk`` steps numpy reduces the whole chunk at once,
+    so the fixed cost of each array op is paid once per chunk, not per step.
     """
 
     def __init__(self, layers: Sequence[Sequence[torch.Tensor]]) -> None:
