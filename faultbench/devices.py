@@ -29,6 +29,9 @@ QUICK_BATCHES = (32, 256)  # --quick batch sizes
 QUICK_STEPS = 3  # --quick timed steps
 
 
+PAYS = 1.25  # speedup over the CPU that counts as paying off, beyond timing noise
+
+
 @dataclass(frozen=True)
 class DeviceTable:
     """Seconds per step for every (device, width, batch), and where an accelerator pays."""
@@ -37,8 +40,12 @@ class DeviceTable:
     accelerators: tuple[str, ...]  # devices other than the CPU that were timed
 
     def pays_from(self, device: str) -> tuple[int, int] | None:
-        """The smallest (hidden, batch), by work, where ``device`` beats the CPU; None if never."""
-        rows = self.rows[(self.rows["device"] == device) & (self.rows["speedup_vs_cpu"] > 1.0)]
+        """The smallest (hidden, batch), by work, where ``device`` clearly beats the CPU.
+
+        "Clearly" is a speedup of at least ``PAYS``: a 1.01x win is timing noise,
+        not a reason to rent an accelerator. None if it never does.
+        """
+        rows = self.rows[(self.rows["device"] == device) & (self.rows["speedup_vs_cpu"] >= PAYS)]
         if rows.empty:
             return None
         first = rows.assign(work=rows["hidden"] * rows["batch"]).sort_values("work").iloc[0]
@@ -53,10 +60,11 @@ class DeviceTable:
         for device in self.accelerators:
             where = self.pays_from(device)
             lines.append(
-                f"{device}: never faster than the CPU at these sizes"
+                f"{device}: never {PAYS:g}x faster than the CPU at these sizes"
                 if where is None
                 else f"{device} starts to pay at hidden {where[0]}, batch {where[1]} "
-                "(smallest size where it beats the CPU, transfers included)"
+                f"(smallest size where it is at least {PAYS:g}x faster than the CPU, "
+                "transfers included)"
             )
         return "\n".join(lines)
 

@@ -66,7 +66,12 @@ def test_pays_from_is_the_smallest_size_where_the_gpu_wins() -> None:
 def test_a_gpu_that_never_wins_is_reported_so() -> None:
     table = _synthetic([3.0, 5.0, 7.0, 120.0])
     assert table.pays_from("cuda") is None
-    assert "cuda: never faster than the CPU at these sizes" in str(table)
+    assert "cuda: never 1.25x faster than the CPU at these sizes" in str(table)
+
+
+def test_a_win_within_timing_noise_does_not_count() -> None:
+    table = _synthetic([3.0, 5.0, 5.8, 10.0])  # 1.03x at (4096, 32) is noise; 10x is not
+    assert table.pays_from("cuda") == (4096, 1024)
 
 
 @pytest.mark.parametrize(
