@@ -8,6 +8,7 @@ import sys
 
 import pandas as pd
 
+from faultbench.calibration import coverage
 from faultbench.commands.common import (
     add_execution_arguments,
     engine_from,
@@ -70,7 +71,7 @@ def render(report: Report) -> str:
     kind = "tuned-on" if report.tuned else "held-out"
     tuned_on = ", ".join(report.tuned_on) or "nothing"
     seen = report.manifestation
-    cover = report.to_dict()["coverage"]
+    cover = coverage(report.results)
     lines = [
         f"{report.diagnoser} on {report.task} ({kind}; tuned on: {tuned_on})",
         "",
