@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # doctor and run import this module
 
 B = TypeVar("B")
 
-GRAD, UPDATE, BEFORE = 0, 1, 2  # rows of the work buffer (UPDATE holds weights after)
+WEIGHT, GRAD, DELTA = 0, 1, 2  # rows of the work buffer: weights after a step, its
+# gradients (both copied per step), and the update (computed per chunk)
 CHUNK_STEPS = 32  # steps copied before numpy reduces them together
 CHUNK_BYTES = 16 << 20  # at most this much copy buffer (fewer steps per chunk for big models)
 
@@ -64,6 +65,7 @@ class Monitor:
         self._losses: list[torch.Tensor] = []  # this chunk's losses, still tensors
         self._acts: list[torch.Tensor] = []  # this chunk's ReLU outputs (training forwards)
         self._act_calls: list[int] = []  # this chunk: training forwards per step
+        self._acts_counted = 0  # outputs in _acts already assigned to a step
         self._done: list[np.ndarray] = []  # reduced chunks: loss, inactive share, then stats
         self._wait: list[float] = []
         self._compute: list[float] = []
@@ -71,17 +73,10 @@ class Monitor:
         self._input_stats: dict[str, float] = {}
         self._batch_size = 0
         self._ready = 0.0
-        self._hooks = []
+        self._hooks: list[_ActivationTap | torch.utils.hooks.RemovableHandle] = []
         for module in model.modules():
             if isinstance(module, nn.ReLU):
-                self._hooks.append(module.register_forward_hook(self._keep_activations))
-
-    # -- hooks -----------------------------------------------------------------
-    def _keep_activations(self, module: nn.Module, _inp: Any, out: torch.Tensor) -> None:
-        # Kept by reference until the chunk is reduced; autograd already forbids
-        # changing a ReLU output in place while it is needed for backward.
-        if module.training and out.dim() >= 2:
-            self._acts.append(out.detach())
+                self._hooks.append(_ActivationTap.on(module, self._acts))
 
     # -- the three calls a loop makes ------------------------------------------
     def batches(self, iterable: Iterable[B]) -> Iterator[B]:
@@ -101,13 +96,19 @@ class Monitor:
 
     def step(self, loss: torch.Tensor | float) -> None:
         """Record one optimizer update; call it after ``optimizer.step()``."""
-        self._compute.append(time.perf_counter() - (self._ready or time.perf_counter()))
+        now = time.perf_counter()
+        self._compute.append(now - (self._ready or now))
         if len(self._wait) < len(self._compute):  # loop not using batches()
             self._wait.append(0.0)
-        self._losses.append(
-            loss.detach().reshape(()) if isinstance(loss, torch.Tensor) else torch.tensor(loss)
-        )
-        self._act_calls.append(len(self._acts) - sum(self._act_calls))
+        if isinstance(loss, torch.Tensor):
+            loss = loss.detach()
+            if loss.dim():
+                loss = loss.reshape(())  # a one-element loss; anything bigger raises here
+        else:
+            loss = torch.tensor(float(loss))
+        self._losses.append(loss)
+        self._act_calls.append(len(self._acts) - self._acts_counted)
+        self._acts_counted = len(self._acts)
         if self._work.record(self._flat):
             self._reduce_chunk()
 
@@ -121,14 +122,19 @@ class Monitor:
         if not steps:
             return
         losses = torch.stack(self._losses).to("cpu", torch.float64).numpy()
-        used = sum(self._act_calls)
+        used = self._acts_counted
         shares = _inactive_shares(self._acts[:used])
-        calls = np.array(self._act_calls)
-        owner = np.repeat(np.arange(steps), calls)  # the step each forward belongs to
-        sums = np.bincount(owner, weights=shares, minlength=steps)
-        inactive = np.divide(sums, calls, out=np.zeros(steps), where=calls > 0)
+        if self._act_calls.count(1) == steps:  # the usual loop: one forward per step
+            inactive = shares
+        else:  # average the outputs of each step's forwards
+            calls = np.array(self._act_calls)
+            owner = np.repeat(np.arange(steps), calls)  # the step each forward belongs to
+            sums = np.bincount(owner, weights=shares, minlength=steps)
+            inactive = np.divide(sums, calls, out=np.zeros(steps), where=calls > 0)
         self._done.append(np.column_stack([losses, inactive, self._work.reduce()]))
-        self._losses, self._acts, self._act_calls = [], self._acts[used:], []
+        del self._acts[:used]  # in place: the taps hold this list
+        self._losses, self._act_calls = [], []
+        self._acts_counted = 0
 
     def _first_batch(self, batch: Any) -> None:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
@@ -170,8 +176,8 @@ class Monitor:
         done = np.concatenate(self._done) if self._done else np.zeros((0, width))
         steps = len(done)
         # Columns: loss, inactive share, nonzero gradients, then per layer the
-        # squared norms of the gradient, of the update, and of the weights before it.
-        grad, delta, weight = (np.sqrt(done[:, 3 + r * n : 3 + (r + 1) * n]) for r in range(3))
+        # norms of the gradient, of the update, and of the weights before it.
+        grad, delta, weight = (done[:, 3 + r * n : 3 + (r + 1) * n] for r in range(3))
         total = self._work.size
         evals = np.array(self._evals, dtype=np.float64).reshape(-1, 4)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -228,103 +234,157 @@ class Monitor:
         self._hooks = []
 
 
-class _WorkBuffer:
-    """Per-step copies of gradients and of the weights after each update, in chunks.
+class _ActivationTap:
+    """Keeps a module's outputs from training forwards, by wrapping its ``forward``.
 
-    A step only copies (gradients and weights into one row of a flat buffer);
-    the weights before a step are the previous row's weights after, filled in
-    at reduction. Every ``chunk`` steps numpy reduces the whole chunk at once,
-    so the fixed cost of each array op is paid once per chunk, not per step.
+    A forward hook would do the same, but any hook sends every call of the
+    module through torch's general (slow) call path, which alone costs more
+    per step than this whole monitor should. Outputs are kept by reference
+    until the chunk is reduced; autograd already forbids changing a ReLU
+    output in place while backward needs it.
+    """
+
+    def __init__(self, module: nn.Module, sink: list[torch.Tensor]) -> None:
+        self.module = module
+        self.sink = sink
+        self.own = module.__dict__.get("forward")  # an instance forward it replaces, if any
+        self.inner = module.forward
+
+    @classmethod
+    def on(
+        cls, module: nn.Module, sink: list[torch.Tensor]
+    ) -> _ActivationTap | torch.utils.hooks.RemovableHandle:
+        tap = cls(module, sink)
+        try:
+            module.forward = tap  # type: ignore[method-assign]
+        except (AttributeError, RuntimeError):  # a module that refuses (scripted): hook it
+            return module.register_forward_hook(lambda _m, _i, out: tap.keep(out))
+        return tap
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.inner(*args, **kwargs)
+        self.keep(out)
+        return out
+
+    def keep(self, out: Any) -> None:
+        if self.module.training and isinstance(out, torch.Tensor) and out.dim() >= 2:
+            self.sink.append(out.detach())
+
+    def remove(self) -> None:
+        if self.module.__dict__.get("forward") is self:
+            if self.own is None:
+                del self.module.forward
+            else:
+                self.module.forward = self.own  # type: ignore[method-assign]
+
+
+class _WorkBuffer:
+    """Per-step copies of the weights after each update and of their gradients.
+
+    A step only copies, into one row of a flat buffer (one call when the
+    tensors lie end to end, see :func:`pack_layers`). Every ``chunk`` steps
+    torch reduces the whole chunk at once, so the fixed cost of each call is
+    paid once per chunk, not per step. The weights before a step are the
+    previous row's weights after: never copied, only subtracted.
     """
 
     def __init__(self, layers: Sequence[Sequence[torch.Tensor]]) -> None:
         flat = [p for ps in layers for p in ps]
         wide = any(p.dtype == torch.float64 for p in flat)  # never round a float64 gradient
-        sizes = [p.numel() for p in flat]
-        self.size = sum(sizes)
+        self.dtype = torch.float64 if wide else torch.float32
+        self.size = sum(p.numel() for p in flat)
         self.layer_sizes = [sum(p.numel() for p in ps) for ps in layers]
         self.starts = np.cumsum([0, *self.layer_sizes[:-1]]) if layers else np.zeros(0, int)
-        dtype = torch.float64 if wide else torch.float32
-        row_bytes = 3 * max(1, self.size) * dtype.itemsize
+        self.bounds = list(zip(self.starts.tolist(), [*self.starts[1:].tolist(), self.size]))
+        row_bytes = 3 * max(1, self.size) * self.dtype.itemsize
         self.chunk = int(min(CHUNK_STEPS, max(1, CHUNK_BYTES // row_bytes)))
-        self.tensor = torch.zeros(self.chunk, 3, self.size, dtype=dtype)
+        self.tensor = torch.zeros(self.chunk, 3, self.size, dtype=self.dtype)
         self.array = self.tensor.numpy()
-        self._bounds = np.cumsum([0, *sizes]).tolist()
-        self._views: list[list[list[torch.Tensor]]] = []  # torch views of the buffer, if needed
+        # Nonzero flags (a byte each) padded to whole 64-bit words, counted by popcount.
+        padded = -(-self.size // 64) * 64
+        self.nonzero_bytes = np.zeros((self.chunk, padded), dtype=np.uint8)
+        self.nonzero = self.nonzero_bytes.view(bool)[:, : self.size]
         self.no_grad = [torch.zeros_like(p) for p in flat]  # what a None gradient copies
-        # CPU weights of the buffer's dtype are copied by numpy, whose calls cost
-        # about a microsecond; anything else goes through torch.
-        self.direct = all(p.device.type == "cpu" and p.dtype == dtype for p in flat)
-        self._weights: list[np.ndarray] = []  # flat numpy views of the weights
-        self._pointers: list[int] = []  # where they pointed; a rebound .data renews them
-        # The weights before a step are the weights after the previous one: no
-        # copy per step, the reduction shifts the AFTER rows down by one.
-        self.last = (
-            np.concatenate([p.detach().reshape(-1).to("cpu", dtype).numpy() for p in flat])
-            if flat
-            else np.zeros(0)
-        )
-        self.seen = np.zeros(self.size, dtype=bool)  # weights that ever got a nonzero gradient
+        # CPU tensors of the buffer's dtype can be viewed as one flat tensor;
+        # anything else is copied (and converted) tensor by tensor.
+        self.direct = all(p.device.type == "cpu" and p.dtype == self.dtype for p in flat)
+        self._where: list[int] = []  # data pointers of the weights and gradients last copied
+        self._packed: torch.Tensor | None = None  # one view of them all, if they lie end to end
+        # Per step, one torch copy into a row: a numpy call here would evict
+        # enough of torch's code and data from the caches to slow the next
+        # training step more than the copy itself costs.
+        both = self.tensor.view(self.chunk, 3 * self.size)[:, : 2 * self.size]
+        self._rows = list(both.unbind(0))
+        self._views: list[list[torch.Tensor]] = []  # torch views of the buffer, if needed
+        self.last = self.current(flat).astype(self.array.dtype)  # weights before the chunk
+        self.last_norms = self._norms(torch.from_numpy(self.last))
+        self.seen = np.zeros(self.size, dtype=bool)  # weights that ever got a gradient
         self.filled = 0  # steps copied into the chunk and not yet reduced
 
     def record(self, params: Sequence[torch.Tensor]) -> bool:
-        """Copy this step's gradients and updated weights; True when the chunk is full."""
-        grads = [z if p.grad is None else p.grad for p, z in zip(params, self.no_grad)]
-        if self.direct:
-            row = self.array[self.filled]
-            np.concatenate([g.detach().numpy().reshape(-1) for g in grads], out=row[GRAD])
-            np.concatenate(self._weight_arrays(params), out=row[UPDATE])
+        """Copy this step's weights and gradients; True when the chunk is full."""
+        grads = [p.grad for p in params]
+        where = [*map(_data_ptr, params), *(0 if g is None else g.data_ptr() for g in grads)]
+        if where == self._where and self._packed is not None:  # the usual step: one copy
+            self._rows[self.filled].copy_(self._packed)
         else:
-            views = self.views(params)[self.filled]
-            with torch.no_grad():
-                torch._foreach_copy_(views[GRAD] + views[UPDATE], [*grads, *params])
+            self._where = where
+            self._copy_each(params, [z if g is None else g for g, z in zip(grads, self.no_grad)])
         self.filled += 1
         return self.filled == self.chunk
 
-    def views(self, params: Sequence[torch.Tensor]) -> list[list[list[torch.Tensor]]]:
-        """Per step of the chunk, per row: views of the buffer shaped like ``params``."""
+    def _copy_each(self, params: Sequence[torch.Tensor], grads: list[torch.Tensor]) -> None:
+        """Copy tensor by tensor, and find out whether the next steps can copy once."""
+        tensors = [*params, *grads]
+        self._packed = _packed(tensors) if self.direct else None
+        with torch.no_grad():
+            if self._packed is not None:
+                self._rows[self.filled].copy_(self._packed)
+            else:
+                torch._foreach_copy_(self.views(params)[self.filled], tensors)
+
+    def views(self, params: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
+        """Per step of the chunk: views of its row shaped like ``params`` then their gradients."""
         if not self._views:
-            bounds = self._bounds
+            bounds = np.cumsum([0, *(p.numel() for p in params)]).tolist()
             self._views = [
                 [
-                    [
-                        self.tensor[k, r, a:b].view(p.shape)
-                        for p, a, b in zip(params, bounds, bounds[1:])
-                    ]
-                    for r in range(3)
+                    self.tensor[k, r, a:b].view(p.shape)
+                    for r in (WEIGHT, GRAD)
+                    for p, a, b in zip(params, bounds, bounds[1:])
                 ]
                 for k in range(self.chunk)
             ]
         return self._views
 
-    def _weight_arrays(self, params: Sequence[torch.Tensor]) -> list[np.ndarray]:
-        pointers = [p.data_ptr() for p in params]
-        if pointers != self._pointers:
-            self._weights = [p.detach().numpy().reshape(-1) for p in params]
-            self._pointers = pointers
-        return self._weights
-
     def reduce(self) -> np.ndarray:
-        """Per copied step: nonzero gradients, then per layer the squared norms of
-        the gradient, the update and the weights before it. Empties the chunk."""
-        work = self.array[: self.filled]
-        self.filled = 0
-        if not len(work):
-            return np.zeros((0, 1 + 3 * len(self.starts)))
-        work[0, BEFORE] = self.last
-        work[1:, BEFORE] = work[:-1, UPDATE]
-        self.last = work[-1, UPDATE].copy()
-        np.subtract(work[:, UPDATE], work[:, BEFORE], out=work[:, UPDATE])
-        nonzero = work[:, GRAD] != 0  # NaN counts as a gradient
-        self.seen |= nonzero.any(axis=0)
-        out = np.zeros((len(work), 1 + 3 * len(self.starts)))
-        out[:, 0] = nonzero.sum(axis=1)
-        ends = [*self.starts[1:], self.size]
-        for j, (a, b) in enumerate(zip(self.starts, ends)):
-            part = work[:, :, a:b]
-            # einsum squares and sums in one pass, without a temporary array.
-            out[:, 1 + j :: len(ends)] = np.einsum("srw,srw->sr", part, part)
+        """Per copied step: nonzero gradients, then per layer the norms of the
+        gradient, of the update and of the weights before it. Empties the chunk."""
+        steps, self.filled = self.filled, 0
+        n = len(self.bounds)
+        out = np.zeros((steps, 1 + 3 * n))
+        if not steps:
+            return out
+        work = self.array[:steps]
+        weights, delta = work[:, WEIGHT], work[:, DELTA]
+        np.subtract(weights[:1], self.last, out=delta[:1])
+        np.subtract(weights[1:], weights[:-1], out=delta[1:])
+        self.last[:] = weights[-1]
+        nonzero = np.not_equal(work[:, GRAD], 0, out=self.nonzero[:steps])  # NaN is nonzero
+        out[:, 0] = np.bitwise_count(self.nonzero_bytes[:steps].view(np.uint64)).sum(axis=1)
+        self.seen |= np.logical_or.reduce(nonzero, axis=0)
+        for j, (a, b) in enumerate(self.bounds):
+            # One call per layer: the norms of its weights, gradient and update at every step.
+            norms = torch.linalg.vector_norm(self.tensor[:steps, :, a:b], dim=2).double().numpy()
+            out[:, 1 + j] = norms[:, GRAD]
+            out[:, 1 + n + j] = norms[:, DELTA]
+            out[0, 1 + 2 * n + j] = self.last_norms[j]
+            out[1:, 1 + 2 * n + j] = norms[:-1, WEIGHT]
+            self.last_norms[j] = norms[-1, WEIGHT]
         return out
+
+    def _norms(self, flat: torch.Tensor) -> np.ndarray:
+        return np.array([float(torch.linalg.vector_norm(flat[a:b])) for a, b in self.bounds])
 
     def current(self, params: Sequence[torch.Tensor]) -> np.ndarray:
         """The weights now, flat, as float64."""
@@ -341,18 +401,66 @@ class _WorkBuffer:
         return [int(n) for n in self.per_layer((~self.seen).astype(np.int64))]
 
 
-def _inactive_shares(acts: list[torch.Tensor]) -> np.ndarray:
-    """Per ReLU output: the share of units that were 0 on the whole batch."""
+def pack_layers(model: nn.Module) -> None:
+    """Lay the weights and gradients of ``model``'s ``nn.Linear`` layers end to end.
+
+    Each becomes a view of one flat tensor (weights) or another (gradients), so
+    :class:`Monitor` copies a step in two calls instead of two per tensor.
+    Training computes the same numbers. Backward adds into the gradient views,
+    so clear them with ``zero_grad(set_to_none=False)``: a gradient set to
+    ``None`` is reallocated elsewhere, and the monitor then copies tensor by
+    tensor again (still correct, only slower).
+    """
+    params = [p for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters()]
+    # (the same list, in the same order, as Monitor's)
+    if not params or len({(p.device, p.dtype) for p in params}) > 1:
+        return  # nothing to pack, or tensors that cannot share one buffer
+    size = sum(p.numel() for p in params)
+    with torch.no_grad():
+        # Weights then gradients, in one storage, in the monitor's order: a
+        # step's whole record is then one contiguous copy.
+        both = params[0].new_zeros(2 * size)
+        weights, grads = both[:size], both[size:]
+        start = 0
+        for p in params:
+            end = start + p.numel()
+            weights[start:end].copy_(p.detach().reshape(-1))
+            if p.grad is not None:
+                grads[start:end].copy_(p.grad.reshape(-1))
+            p.data = weights[start:end].view_as(p)
+            p.grad = grads[start:end].view_as(p)
+            start = end
+
+
+_data_ptr = torch.Tensor.data_ptr
+
+
+def _packed(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """One flat view over ``tensors`` if they are contiguous and end to end, else None."""
+    if not tensors:
+        return torch.zeros(0)
+    first = tensors[0].detach()
+    at = first.data_ptr()
+    for t in tensors:
+        if not t.is_contiguous() or t.data_ptr() != at or t.dtype != first.dtype:
+            return None
+        at += t.numel() * t.element_size()
+    total = sum(t.numel() for t in tensors)
+    return torch.as_strided(first, (total,), (1,), first.storage_offset())
+
+
+def _inactive_shares(acts: Sequence[torch.Tensor]) -> np.ndarray:
+    """Per ReLU output: the share of its units (last dimension) that were 0 on the whole batch."""
     shares = np.zeros(len(acts))
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, a in enumerate(acts):
         groups.setdefault(tuple(a.shape), []).append(i)
     for shape, index in groups.items():  # outputs of one shape reduce in one call
-        stacked = torch.stack([acts[i] for i in index])
-        if stacked.device.type != "cpu" or stacked.dtype not in (torch.float32, torch.float64):
-            stacked = stacked.to("cpu", torch.float32)
-        values = stacked.numpy().reshape(len(index), -1, shape[-1])
-        # fmax skips NaN, so a unit counts as alive iff some output is > 0.
-        alive = (np.fmax.reduce(values, axis=1) > 0).sum(axis=1)
-        shares[index] = 1.0 - alive / max(1, shape[-1])
+        units = shape[-1]
+        stacked = torch.stack([acts[i] for i in index]).reshape(len(index), -1, units)
+        highest = stacked.amax(dim=1)  # torch reduces across rows fastest this way
+        alive = highest > 0
+        if highest.isnan().any():  # a unit is alive iff some output is > 0, NaN or not
+            alive = (stacked > 0).any(dim=1)
+        shares[index] = 1.0 - alive.sum(dim=1).cpu().numpy() / max(1, units)
     return shares
