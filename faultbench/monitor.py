@@ -10,16 +10,19 @@ Three added lines in a user's loop::
 The benchmark's loop uses exactly this class, so what a diagnoser is scored on
 is what it will see on a user's run.
 
-Cost: a torch call costs microseconds of dispatch, as much as the arithmetic
-of a small model's whole step, so recording must not add dozens of them. Each
-step makes three ``torch._foreach_copy_`` calls into one persistent flat buffer
-(gradients, weights after, weights before) and does the rest with a few numpy
-calls on a zero-copy view of that buffer; losses stay tensors until
-:meth:`trace`, so nothing waits on ``.item()``.
+Cost: on a small model a whole training step is a fraction of a millisecond,
+mostly call overhead, and measured in place every extra call per step costs
+several times its own time, because it evicts torch's code and data from the
+caches. So a step makes one torch copy of its weights and gradients into a
+chunk buffer (one copy when :func:`pack_layers` laid them end to end), ReLU
+outputs are kept by reference through a wrapped ``forward`` rather than a
+hook, and everything else happens once per chunk of steps; losses stay
+tensors until then, so nothing waits on ``.item()``.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,9 +40,9 @@ if TYPE_CHECKING:  # doctor and run import this module
 
 B = TypeVar("B")
 
-WEIGHT, GRAD, DELTA = 0, 1, 2  # rows of the work buffer: weights after a step, its
-# gradients (both copied per step), and the update (computed per chunk)
-CHUNK_STEPS = 32  # steps copied before numpy reduces them together
+WEIGHT, GRAD = 0, 1  # rows of the work buffer: weights after a step, its gradients
+# (the gradient row is reused for the update once the chunk's gradients are reduced)
+CHUNK_STEPS = 32  # steps copied before they are reduced together
 CHUNK_BYTES = 16 << 20  # at most this much copy buffer (fewer steps per chunk for big models)
 
 
@@ -270,6 +273,14 @@ class _ActivationTap:
         if self.module.training and isinstance(out, torch.Tensor) and out.dim() >= 2:
             self.sink.append(out.detach())
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        # A copy of a monitored model is not monitored: it gets the forward
+        # this tap wraps, bound to the copy.
+        return copy.deepcopy(self.inner, memo)
+
+    def __reduce__(self) -> Any:
+        return self.inner.__reduce__()  # pickled, likewise
+
     def remove(self) -> None:
         if self.module.__dict__.get("forward") is self:
             if self.own is None:
@@ -296,9 +307,9 @@ class _WorkBuffer:
         self.layer_sizes = [sum(p.numel() for p in ps) for ps in layers]
         self.starts = np.cumsum([0, *self.layer_sizes[:-1]]) if layers else np.zeros(0, int)
         self.bounds = list(zip(self.starts.tolist(), [*self.starts[1:].tolist(), self.size]))
-        row_bytes = 3 * max(1, self.size) * self.dtype.itemsize
+        row_bytes = 2 * max(1, self.size) * self.dtype.itemsize
         self.chunk = int(min(CHUNK_STEPS, max(1, CHUNK_BYTES // row_bytes)))
-        self.tensor = torch.zeros(self.chunk, 3, self.size, dtype=self.dtype)
+        self.tensor = torch.zeros(self.chunk, 2, self.size, dtype=self.dtype)
         self.array = self.tensor.numpy()
         # Nonzero flags (a byte each) padded to whole 64-bit words, counted by popcount.
         padded = -(-self.size // 64) * 64
@@ -313,7 +324,7 @@ class _WorkBuffer:
         # Per step, one torch copy into a row: a numpy call here would evict
         # enough of torch's code and data from the caches to slow the next
         # training step more than the copy itself costs.
-        both = self.tensor.view(self.chunk, 3 * self.size)[:, : 2 * self.size]
+        both = self.tensor.view(self.chunk, 2 * self.size)
         self._rows = list(both.unbind(0))
         self._views: list[list[torch.Tensor]] = []  # torch views of the buffer, if needed
         self.last = self.current(flat).astype(self.array.dtype)  # weights before the chunk
@@ -366,21 +377,25 @@ class _WorkBuffer:
         if not steps:
             return out
         work = self.array[:steps]
-        weights, delta = work[:, WEIGHT], work[:, DELTA]
-        np.subtract(weights[:1], self.last, out=delta[:1])
-        np.subtract(weights[1:], weights[:-1], out=delta[1:])
-        self.last[:] = weights[-1]
-        nonzero = np.not_equal(work[:, GRAD], 0, out=self.nonzero[:steps])  # NaN is nonzero
+        weights, grads = work[:, WEIGHT], work[:, GRAD]
+        nonzero = np.not_equal(grads, 0, out=self.nonzero[:steps])  # NaN is nonzero
         out[:, 0] = np.bitwise_count(self.nonzero_bytes[:steps].view(np.uint64)).sum(axis=1)
         self.seen |= np.logical_or.reduce(nonzero, axis=0)
+        rows = self.tensor[:steps]
         for j, (a, b) in enumerate(self.bounds):
-            # One call per layer: the norms of its weights, gradient and update at every step.
-            norms = torch.linalg.vector_norm(self.tensor[:steps, :, a:b], dim=2).double().numpy()
+            # One call per layer: the norms of its weights and gradient at every step.
+            norms = torch.linalg.vector_norm(rows[:, :, a:b], dim=2).double().numpy()
             out[:, 1 + j] = norms[:, GRAD]
-            out[:, 1 + n + j] = norms[:, DELTA]
             out[0, 1 + 2 * n + j] = self.last_norms[j]
             out[1:, 1 + 2 * n + j] = norms[:-1, WEIGHT]
             self.last_norms[j] = norms[-1, WEIGHT]
+        # The gradients are reduced: their row now takes the updates.
+        updates = grads
+        np.subtract(weights[:1], self.last, out=updates[:1])
+        np.subtract(weights[1:], weights[:-1], out=updates[1:])
+        self.last[:] = weights[-1]
+        for j, (a, b) in enumerate(self.bounds):
+            out[:, 1 + n + j] = torch.linalg.vector_norm(rows[:, GRAD, a:b], dim=1).numpy()
         return out
 
     def _norms(self, flat: torch.Tensor) -> np.ndarray:

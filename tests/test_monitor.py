@@ -1,0 +1,124 @@
+"""The monitor's fast paths record exactly what its plain path records."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from faultbench import Monitor
+from faultbench.faults import base_setup, condition
+from faultbench.model import BatchStream, build_model
+from faultbench.monitor import pack_layers
+from faultbench.tasks import get_task
+from faultbench.trace import Trace
+
+STEPS = 70  # more than two chunks of 32, and a partial one
+TIMED = {"wait_seconds", "compute_seconds"}
+
+
+def _trace(task: str, fault: str, *, pack: bool, set_to_none: bool = False) -> Trace:
+    return _run(task, fault, pack=pack, set_to_none=set_to_none).trace()
+
+
+def _run(task: str, fault: str, *, pack: bool, set_to_none: bool = False) -> Monitor:
+    """A short run of the benchmark's model, recorded by a Monitor in a loop of our own."""
+    setup = base_setup(get_task(task), 0)
+    if fault:
+        setup = condition(fault).apply(setup)
+    model = build_model(setup)
+    if pack:
+        pack_layers(model)
+    params = [p for n, p in model.named_parameters() if n.split(".")[0] not in setup.frozen_layers]
+    optimizer = torch.optim.Adam(params, lr=setup.lr)
+    monitor = Monitor(model, optimizer)
+    stream = BatchStream(setup.X_train, setup.y_train, batch_size=setup.batch_size, seed=0)
+    for _step, (xb, yb) in zip(range(STEPS), monitor.batches(stream)):
+        loss = F.cross_entropy(model(xb), yb)
+        if setup.zero_grad:
+            model.zero_grad(set_to_none=set_to_none)
+        loss.backward()
+        optimizer.step()
+        monitor.step(loss)
+    monitor.close()
+    return monitor
+
+
+def _assert_same(a: Trace, b: Trace) -> None:
+    for name in a.__dataclass_fields__:
+        if name in TIMED:
+            continue
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, dict):
+            assert x.keys() == y.keys(), name
+            for key in x:
+                np.testing.assert_array_equal(x[key], y[key], err_msg=f"{name}[{key}]")
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize("task", ["digits", "shapes", "language"])  # mlp, cnn, gru
+@pytest.mark.parametrize("fault", ["", "missing_zero_grad", "frozen_layer", "dead_units"])
+def test_packed_layers_record_the_same_trace(task: str, fault: str) -> None:
+    plain = _trace(task, fault, pack=False)
+    _assert_same(_trace(task, fault, pack=True), plain)
+    # Gradients set to None move out of the pack: the monitor must notice and
+    # copy tensor by tensor, still recording the same numbers.
+    _assert_same(_trace(task, fault, pack=True, set_to_none=True), plain)
+
+
+@pytest.mark.parametrize("task", ["digits", "shapes", "language"])
+def test_packed_layers_are_copied_in_one_piece(task: str) -> None:
+    assert _run(task, "", pack=True)._work._packed is not None
+    assert _run(task, "", pack=False)._work._packed is None  # so the test above compares two paths
+
+
+def test_a_packed_trace_measures_what_it_claims() -> None:
+    t = _trace("digits", "", pack=True)
+    assert len(t.loss) == STEPS and np.isfinite(t.loss).all()
+    for name in ("hidden", "output"):
+        assert (t.grad_norm[name] > 0).all()
+        assert (t.update_ratio[name] > 0).all() and (t.update_ratio[name] < 1).all()
+    frozen = _trace("digits", "frozen_layer", pack=True)
+    assert (frozen.update_ratio["hidden"] == 0).all() and frozen.weight_change["hidden"] == 0
+    assert (frozen.update_ratio["output"] > 0).all()
+    dead = _trace("digits", "dead_units", pack=True)
+    assert dead.inactive_share.mean() > 0.5 > t.inactive_share.mean()
+
+
+def _small() -> tuple[nn.Sequential, Monitor]:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    return model, Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_closing_the_monitor_gives_the_model_back_untouched() -> None:
+    model, monitor = _small()
+    relu = model[1]
+    assert "forward" in relu.__dict__  # watched while open
+    monitor.close()
+    assert "forward" not in relu.__dict__
+    model(torch.randn(5, 4))
+    assert monitor._acts == []
+
+
+@pytest.mark.parametrize("clone", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))])
+def test_a_copy_of_a_monitored_model_is_not_monitored(clone) -> None:  # type: ignore[no-untyped-def]
+    model, monitor = _small()
+    other = clone(model)
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(other(x), model(x))
+    assert len(monitor._acts) == 1  # the original's forward only
+    assert other[1].forward.__self__ is other[1]
+
+
+def test_a_loss_must_have_one_element() -> None:
+    model, monitor = _small()
+    out = model(torch.randn(5, 4))
+    monitor.step(out.sum().reshape(1))  # one element, any shape: fine
+    with pytest.raises(RuntimeError):
+        monitor.step(out.sum(dim=1))
