@@ -66,3 +66,8 @@ def test_bench_warm_rescoring_trained_nothing(bench_output: str) -> None:
     assert "trained 0" in line and "process pool started: no" in line and "(met)" in line
     cold = figure(bench_output, "4a")
     assert re.search(r"(\d+) runs trained \1,", cold), cold  # a fresh store trains every run
+
+
+def test_bench_prices_recording_and_evaluations_apart(bench_output: str) -> None:
+    line = figure(bench_output, "1")
+    assert re.search(rf"recording alone \(.*\) {NUMBER}, evaluations alone {NUMBER}", line), line
