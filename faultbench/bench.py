@@ -126,7 +126,7 @@ def overhead(pairs: int, task: str = "digits", seed: int = 0) -> Figure:
         "x",
         "<= 1.10",
         value <= 1.10,
-        f"median of {pairs} interleaved pairs, {task} healthy seed {seed}, {setup.steps} steps "
+        f"median of {pairs} interleaved rounds, {task} healthy seed {seed}, {setup.steps} steps "
         f"with {EVALUATIONS} evaluations, thread CPU time; wall clock "
         f"{ratio(wall, 'instrumented'):.3f}; fastest runs "
         f"{min(cpu['instrumented']) / min(cpu['bare']):.3f}; recording alone (against a bare "

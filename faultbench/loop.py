@@ -37,7 +37,7 @@ def train(setup: RunSetup, *, record: bool = True, evaluate: bool | None = None)
     evaluate = record if evaluate is None else evaluate
     start = time.perf_counter()
     model = build_model(setup)
-    pack_layers(model)  # same numbers; lets the monitor copy a step in two calls
+    pack_layers(model)  # same numbers; lets the monitor record a step with one copy
     trainable = [
         p for name, p in model.named_parameters() if name.split(".")[0] not in setup.frozen_layers
     ]
@@ -98,6 +98,6 @@ class _Scorer:
         n = self.n_train
         return {
             "train_acc": int(hits[:n].sum()) / n,
-            "val_acc": int(hits[n:].sum()) / self.n_val,
+            "val_acc": int(hits[n:].sum()) / self.n_val if self.n_val else float("nan"),
             "val_loss": float(F.cross_entropy(logits[n:], self.y_val)),
         }

@@ -294,7 +294,7 @@ class _WorkBuffer:
 
     A step only copies, into one row of a flat buffer (one call when the
     tensors lie end to end, see :func:`pack_layers`). Every ``chunk`` steps
-    torch reduces the whole chunk at once, so the fixed cost of each call is
+    the whole chunk is reduced at once, so the fixed cost of each call is
     paid once per chunk, not per step. The weights before a step are the
     previous row's weights after: never copied, only subtracted.
     """
