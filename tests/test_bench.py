@@ -71,3 +71,14 @@ def test_bench_warm_rescoring_trained_nothing(bench_output: str) -> None:
 def test_bench_prices_recording_and_evaluations_apart(bench_output: str) -> None:
     line = figure(bench_output, "1")
     assert re.search(rf"recording alone \(.*\) {NUMBER}, evaluations alone {NUMBER}", line), line
+
+
+def test_overhead_parts_script_prints_each_part() -> None:
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "overhead_parts.py")
+    done = subprocess.run(
+        [sys.executable, script, "--rounds", "1"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    for part in ("bare", "evaluations", "copy + reduce", "instrumented"):
+        assert re.search(rf"^  {re.escape(part)} +{NUMBER}x", done.stdout, re.M), done.stdout
+    assert re.search(r"^  bare +1\.000x", done.stdout, re.M), done.stdout
