@@ -60,7 +60,7 @@ class Monitor:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.model = model
         self.optimizer = optimizer
-        self.layers = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+        self.layers = _linear_layers(model)
         self._params = [list(m.parameters()) for m in self.layers.values()]
         self._flat = [p for ps in self._params for p in ps]
         self._work = _WorkBuffer(self._params)
@@ -419,21 +419,19 @@ class _WorkBuffer:
 def pack_layers(model: nn.Module) -> None:
     """Lay the weights and gradients of ``model``'s ``nn.Linear`` layers end to end.
 
-    Each becomes a view of one flat tensor (weights) or another (gradients), so
-    :class:`Monitor` copies a step in two calls instead of two per tensor.
-    Training computes the same numbers. Backward adds into the gradient views,
-    so clear them with ``zero_grad(set_to_none=False)``: a gradient set to
-    ``None`` is reallocated elsewhere, and the monitor then copies tensor by
-    tensor again (still correct, only slower).
+    All become views of one flat storage (the weights, then their gradients,
+    in the monitor's order), so :class:`Monitor` records a step with one copy
+    instead of one per tensor. Training computes the same numbers. Backward
+    adds into the gradient views, so clear them with
+    ``zero_grad(set_to_none=False)``: a gradient set to ``None`` is reallocated
+    elsewhere, and the monitor then copies tensor by tensor again (still
+    correct, only slower).
     """
-    params = [p for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters()]
-    # (the same list, in the same order, as Monitor's)
+    params = [p for m in _linear_layers(model).values() for p in m.parameters()]
     if not params or len({(p.device, p.dtype) for p in params}) > 1:
         return  # nothing to pack, or tensors that cannot share one buffer
     size = sum(p.numel() for p in params)
     with torch.no_grad():
-        # Weights then gradients, in one storage, in the monitor's order: a
-        # step's whole record is then one contiguous copy.
         both = params[0].new_zeros(2 * size)
         weights, grads = both[:size], both[size:]
         start = 0
@@ -445,6 +443,11 @@ def pack_layers(model: nn.Module) -> None:
             p.data = weights[start:end].view_as(p)
             p.grad = grads[start:end].view_as(p)
             start = end
+
+
+def _linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
+    """The layers a monitor watches, in the order it lays out their tensors."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
 
 
 _data_ptr = torch.Tensor.data_ptr
