@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint report paper bench clean
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml setup.py faultbench/_stepstats.c  # the C kernel builds at install
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -24,7 +24,7 @@ lint: $(STAMP)  ## ruff (lint + format check) and mypy on the library
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info faultbench/*.so
 
 report: $(STAMP)  ## regenerate results/ from stored runs (trains only what is missing)
 	$(BIN)/faultbench report

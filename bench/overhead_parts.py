@@ -6,8 +6,9 @@ of the per-round ratios):
 
 - bare: no monitor, no evaluations (the denominator of ``faultbench bench``);
 - evaluations: the periodic evaluations only;
-- copy + reduce: only the monitor's per-step copy of weights and gradients
-  and its chunked reduction, i.e. the floor of the per-step statistics;
+- statistics: only the monitor's per-step statistics of weights and
+  gradients (the compiled kernel, or the numpy path's copy and chunked
+  reduction where it was not built), i.e. their floor;
 - instrumented: the benchmark's loop as it runs (``loop.train``).
 
     python bench/overhead_parts.py [--task digits] [--rounds 12]
@@ -26,18 +27,18 @@ import torch.nn.functional as F
 from faultbench.faults import RunSetup, base_setup
 from faultbench.loop import train
 from faultbench.model import BatchStream, build_model
-from faultbench.monitor import _WorkBuffer, pack_layers
+from faultbench.monitor import pack_layers, step_stats
 from faultbench.tasks import get_task
 
 
-def copy_and_reduce_only(setup: RunSetup) -> None:
-    """The bare loop plus the monitor's per-step copy and chunk reduction, nothing else."""
+def statistics_only(setup: RunSetup) -> None:
+    """The bare loop plus the monitor's per-step statistics, nothing else."""
     model = build_model(setup)
     pack_layers(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=setup.lr)
     layers = [list(m.parameters()) for m in model.modules() if isinstance(m, torch.nn.Linear)]
     flat = [p for ps in layers for p in ps]
-    work = _WorkBuffer(layers)
+    work = step_stats(layers)
     stream = iter(BatchStream(setup.X_train, setup.y_train, batch_size=setup.batch_size, seed=0))
     for _ in range(setup.steps):
         xb, yb = next(stream)
@@ -60,7 +61,7 @@ def main() -> None:
     ways: dict[str, Callable[[], object]] = {
         "bare": lambda: train(setup, record=False),
         "evaluations": lambda: train(setup, record=False, evaluate=True),
-        "copy + reduce": lambda: copy_and_reduce_only(setup),
+        "statistics": lambda: statistics_only(setup),
         "instrumented": lambda: train(setup),
     }
     times: dict[str, list[float]] = {name: [] for name in ways}

@@ -13,18 +13,22 @@ is what it will see on a user's run.
 Cost: on a small model a whole training step is a fraction of a millisecond,
 mostly call overhead, and measured in place every extra call per step costs
 several times its own time, because it evicts torch's code and data from the
-caches. So a step makes one torch copy of its weights and gradients into a
-chunk buffer (one copy when :func:`pack_layers` laid them end to end), ReLU
-outputs are kept by reference through a wrapped ``forward`` rather than a
-hook, and everything else happens once per chunk of steps; losses stay
-tensors until then, so nothing waits on ``.item()``.
+caches. So each step's statistics are computed by one call into a small
+compiled kernel (faultbench/_stepstats.c) that reads the weights and gradients
+where they lie (in place when :func:`pack_layers` laid them end to end), each
+ReLU output's inactive units are counted by the kernel as the output is made,
+through a wrapped ``forward`` rather than a hook, and the rest is gathered once
+per chunk of steps. Where the kernel was not built (no C compiler at install),
+a step copies its weights and gradients into a chunk buffer that numpy and
+torch reduce together: same statistics, slower.
 """
 
 from __future__ import annotations
 
 import copy
+import operator
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -32,6 +36,17 @@ import torch
 from torch import nn
 
 from faultbench.trace import RunConfig, Trace
+
+# The compiled kernels (faultbench/_stepstats.c), if they were built.
+_kernel: Callable[..., None] | None
+_count_inactive: Callable[[int, int, int, bool], int] | None
+try:  # built at install when a C compiler is there (setup.py)
+    from faultbench._stepstats import inactive as _count_inactive
+    from faultbench._stepstats import record as _kernel
+except ImportError:  # pragma: no cover - depends on the install
+    _kernel = _count_inactive = None
+F64 = torch.float64
+_KERNEL_DTYPES = (torch.float32, F64)
 
 if TYPE_CHECKING:  # doctor and run import this module
     from faultbench.diagnosis import Diagnosis
@@ -63,10 +78,14 @@ class Monitor:
         self.layers = _linear_layers(model)
         self._params = [list(m.parameters()) for m in self.layers.values()]
         self._flat = [p for ps in self._params for p in ps]
-        self._work = _WorkBuffer(self._params)
+        self._work = step_stats(self._params)
         self._init = self._work.current(self._flat)  # weights at the start, for weight_change
-        self._losses: list[torch.Tensor] = []  # this chunk's losses, still tensors
-        self._acts: list[torch.Tensor] = []  # this chunk's ReLU outputs (training forwards)
+        self._losses: list[
+            float | torch.Tensor
+        ] = []  # this chunk's losses (device ones as tensors)
+        # This chunk's ReLU outputs (training forwards): their inactive share, or
+        # the output itself where the kernel cannot read it (reduced per chunk).
+        self._acts: list[float | torch.Tensor] = []
         self._act_calls: list[int] = []  # this chunk: training forwards per step
         self._acts_counted = 0  # outputs in _acts already assigned to a step
         self._done: list[np.ndarray] = []  # reduced chunks: loss, inactive share, then stats
@@ -103,13 +122,12 @@ class Monitor:
         self._compute.append(now - (self._ready or now))
         if len(self._wait) < len(self._compute):  # loop not using batches()
             self._wait.append(0.0)
-        if isinstance(loss, torch.Tensor):
-            loss = loss.detach()
-            if loss.dim():
-                loss = loss.reshape(())  # a one-element loss; anything bigger raises here
-        else:
-            loss = torch.tensor(float(loss))
-        self._losses.append(loss)
+        if not isinstance(loss, torch.Tensor):
+            self._losses.append(float(loss))
+        elif loss.is_cpu:  # reading it now costs less than keeping a tensor
+            self._losses.append(loss.item())  # a one-element loss; anything bigger raises
+        else:  # reading it would wait for the device: kept until the chunk ends
+            self._losses.append(loss.detach().reshape(()))
         self._act_calls.append(len(self._acts) - self._acts_counted)
         self._acts_counted = len(self._acts)
         if self._work.record(self._flat):
@@ -124,7 +142,7 @@ class Monitor:
         steps = len(self._act_calls)
         if not steps:
             return
-        losses = torch.stack(self._losses).to("cpu", torch.float64).numpy()
+        losses = _loss_values(self._losses)
         used = self._acts_counted
         shares = _inactive_shares(self._acts[:used])
         if self._act_calls.count(1) == steps:  # the usual loop: one forward per step
@@ -247,7 +265,7 @@ class _ActivationTap:
     output in place while backward needs it.
     """
 
-    def __init__(self, module: nn.Module, sink: list[torch.Tensor]) -> None:
+    def __init__(self, module: nn.Module, sink: list[float | torch.Tensor]) -> None:
         self.module = module
         self.sink = sink
         self.own = module.__dict__.get("forward")  # an instance forward it replaces, if any
@@ -255,7 +273,7 @@ class _ActivationTap:
 
     @classmethod
     def on(
-        cls, module: nn.Module, sink: list[torch.Tensor]
+        cls, module: nn.Module, sink: list[float | torch.Tensor]
     ) -> _ActivationTap | torch.utils.hooks.RemovableHandle:
         tap = cls(module, sink)
         try:
@@ -271,7 +289,7 @@ class _ActivationTap:
 
     def keep(self, out: Any) -> None:
         if self.module.training and isinstance(out, torch.Tensor) and out.dim() >= 2:
-            self.sink.append(out.detach())
+            self.sink.append(_inactive_now(out))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         # A copy of a monitored model is not monitored: it gets the forward
@@ -289,14 +307,16 @@ class _ActivationTap:
                 self.module.forward = self.own  # type: ignore[method-assign]
 
 
-class _WorkBuffer:
-    """Per-step copies of the weights after each update and of their gradients.
+class _StepStats:
+    """Per step: the nonzero gradient count and, per layer, the norms of the
+    gradient, of the update and of the weights before it; across steps: which
+    weights ever got a nonzero gradient.
 
-    A step only copies, into one row of a flat buffer (one call when the
-    tensors lie end to end, see :func:`pack_layers`). Every ``chunk`` steps
-    the whole chunk is reduced at once, so the fixed cost of each call is
-    paid once per chunk, not per step. The weights before a step are the
-    previous row's weights after: never copied, only subtracted.
+    ``record`` is called after every update and says when a chunk of steps is
+    complete; ``reduce`` then returns the chunk's rows. Two ways to compute
+    them, same numbers: :class:`_KernelStats` (the compiled kernel, one pass
+    per step) and :class:`_ChunkedStats` (numpy and torch, when the kernel was
+    not built).
     """
 
     def __init__(self, layers: Sequence[Sequence[torch.Tensor]]) -> None:
@@ -307,6 +327,122 @@ class _WorkBuffer:
         self.layer_sizes = [sum(p.numel() for p in ps) for ps in layers]
         self.starts = np.cumsum([0, *self.layer_sizes[:-1]]) if layers else np.zeros(0, int)
         self.bounds = list(zip(self.starts.tolist(), [*self.starts[1:].tolist(), self.size]))
+        self.chunk = CHUNK_STEPS
+        self.no_grad = [torch.zeros_like(p) for p in flat]  # what a None gradient copies
+        # CPU tensors of the buffer's dtype can be viewed as one flat tensor;
+        # anything else is copied (and converted) tensor by tensor.
+        self.direct = all(p.device.type == "cpu" and p.dtype == self.dtype for p in flat)
+        self._where: list[int] = []  # data pointers of the weights and gradients last seen
+        self._packed: torch.Tensor | None = None  # one view of them all, if they lie end to end
+        numpy_dtype = np.float64 if wide else np.float32
+        self.last = self.current(flat).astype(numpy_dtype)  # weights before the next step
+        self.seen = np.zeros(self.size, dtype=bool)  # weights that ever got a gradient
+        self.filled = 0  # steps recorded and not yet reduced
+
+    def record(self, params: Sequence[torch.Tensor]) -> bool:
+        """Take this step's weights and gradients; True when the chunk is full."""
+        raise NotImplementedError
+
+    def reduce(self) -> np.ndarray:
+        """Per step since the last call: nonzero gradients, then per layer the
+        norms of the gradient, of the update and of the weights before it."""
+        raise NotImplementedError
+
+    def _tensors(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        """This step's weights then gradients; None when they are where they were
+        last step and lie end to end (in ``self._packed``)."""
+        try:
+            where = [*map(_data_ptr, params), *map(_data_ptr, map(_grad_of, params))]
+        except TypeError:  # a gradient is None: never packed
+            where = []
+        if where == self._where and self._packed is not None:  # the usual step
+            return None
+        self._where = where
+        grads = [p.grad for p in params]
+        tensors = [*params, *(z if g is None else g for g, z in zip(grads, self.no_grad))]
+        self._packed = _packed(tensors) if self.direct else None
+        return None if self._packed is not None else tensors
+
+    def current(self, params: Sequence[torch.Tensor]) -> np.ndarray:
+        """The weights now, flat, as float64."""
+        if not params:
+            return np.zeros(0)
+        return torch.cat([p.detach().reshape(-1).double().cpu() for p in params]).numpy()
+
+    def per_layer(self, values: np.ndarray) -> np.ndarray:
+        """Sum a flat per-weight array within each layer."""
+        return np.add.reduceat(values, self.starts) if len(self.starts) else np.zeros(0)
+
+    def never_got_gradient(self) -> list[int]:
+        """Per layer: weights whose gradient was exactly 0 at every step."""
+        return [int(n) for n in self.per_layer((~self.seen).astype(np.int64))]
+
+
+class _KernelStats(_StepStats):
+    """Each step's statistics computed at once by the compiled kernel.
+
+    The kernel reads the weights and gradients where they lie when
+    :func:`pack_layers` put them end to end (nothing is copied), and from a
+    copy in a scratch buffer otherwise. It also keeps ``last`` (the weights
+    before the next step) and ``seen`` up to date.
+    """
+
+    def __init__(
+        self, layers: Sequence[Sequence[torch.Tensor]], kernel: Callable[..., None]
+    ) -> None:
+        super().__init__(layers)
+        self.kernel = kernel
+        n = len(self.layer_sizes)
+        self.rows = np.zeros((self.chunk, 1 + 3 * n))
+        self.row_at = [self.rows[k].ctypes.data for k in range(self.chunk)]
+        self.bound_array = np.array([0, *np.cumsum(self.layer_sizes)], dtype=np.int64)
+        self.scratch = torch.zeros(2, self.size, dtype=self.dtype)  # weights, gradients
+        self.itemsize = self.scratch.element_size()
+        self.fixed = (self.last.ctypes.data, self.seen.ctypes.data, self.bound_array.ctypes.data)
+        self.wide = self.dtype == torch.float64
+        self._scratch_views: list[torch.Tensor] = []
+
+    def record(self, params: Sequence[torch.Tensor]) -> bool:
+        tensors = self._tensors(params)
+        if tensors is None:
+            assert self._packed is not None  # for mypy: _tensors returns None only then
+            weights = self._packed.data_ptr()
+        else:
+            with torch.no_grad():
+                torch._foreach_copy_(self._views(params), tensors)
+            weights = self.scratch.data_ptr()
+        before, seen, bounds = self.fixed
+        grads = weights + self.size * self.itemsize
+        out = self.row_at[self.filled]
+        self.kernel(weights, grads, before, seen, out, bounds, len(self.layer_sizes), self.wide)
+        self.filled += 1
+        return self.filled == self.chunk
+
+    def _views(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if not self._scratch_views:
+            bounds = np.cumsum([0, *(p.numel() for p in params)]).tolist()
+            self._scratch_views = [
+                self.scratch[r, a:b].view(p.shape)
+                for r in (WEIGHT, GRAD)
+                for p, a, b in zip(params, bounds, bounds[1:])
+            ]
+        return self._scratch_views
+
+    def reduce(self) -> np.ndarray:
+        steps, self.filled = self.filled, 0
+        return self.rows[:steps].copy()
+
+
+class _ChunkedStats(_StepStats):
+    """Each step copies its weights and gradients into one row of a flat
+    buffer (one call when the tensors lie end to end, see :func:`pack_layers`).
+    Every ``chunk`` steps the whole chunk is reduced at once, so the fixed
+    cost of each call is paid once per chunk, not per step. The weights before
+    a step are the previous row's weights after: never copied, only subtracted.
+    """
+
+    def __init__(self, layers: Sequence[Sequence[torch.Tensor]]) -> None:
+        super().__init__(layers)
         row_bytes = 2 * max(1, self.size) * self.dtype.itemsize
         self.chunk = int(min(CHUNK_STEPS, max(1, CHUNK_BYTES // row_bytes)))
         self.tensor = torch.zeros(self.chunk, 2, self.size, dtype=self.dtype)
@@ -315,44 +451,24 @@ class _WorkBuffer:
         padded = -(-self.size // 64) * 64
         self.nonzero_bytes = np.zeros((self.chunk, padded), dtype=np.uint8)
         self.nonzero = self.nonzero_bytes.view(bool)[:, : self.size]
-        self.no_grad = [torch.zeros_like(p) for p in flat]  # what a None gradient copies
-        # CPU tensors of the buffer's dtype can be viewed as one flat tensor;
-        # anything else is copied (and converted) tensor by tensor.
-        self.direct = all(p.device.type == "cpu" and p.dtype == self.dtype for p in flat)
-        self._where: list[int] = []  # data pointers of the weights and gradients last copied
-        self._packed: torch.Tensor | None = None  # one view of them all, if they lie end to end
         # Per step, one torch copy into a row: a numpy call here would evict
         # enough of torch's code and data from the caches to slow the next
         # training step more than the copy itself costs.
         both = self.tensor.view(self.chunk, 2 * self.size)
         self._rows = list(both.unbind(0))
         self._views: list[list[torch.Tensor]] = []  # torch views of the buffer, if needed
-        self.last = self.current(flat).astype(self.array.dtype)  # weights before the chunk
         self.last_norms = self._norms(torch.from_numpy(self.last))
-        self.seen = np.zeros(self.size, dtype=bool)  # weights that ever got a gradient
-        self.filled = 0  # steps copied into the chunk and not yet reduced
 
     def record(self, params: Sequence[torch.Tensor]) -> bool:
-        """Copy this step's weights and gradients; True when the chunk is full."""
-        grads = [p.grad for p in params]
-        where = [*map(_data_ptr, params), *(0 if g is None else g.data_ptr() for g in grads)]
-        if where == self._where and self._packed is not None:  # the usual step: one copy
-            self._rows[self.filled].copy_(self._packed)
-        else:
-            self._where = where
-            self._copy_each(params, [z if g is None else g for g, z in zip(grads, self.no_grad)])
-        self.filled += 1
-        return self.filled == self.chunk
-
-    def _copy_each(self, params: Sequence[torch.Tensor], grads: list[torch.Tensor]) -> None:
-        """Copy tensor by tensor, and find out whether the next steps can copy once."""
-        tensors = [*params, *grads]
-        self._packed = _packed(tensors) if self.direct else None
+        tensors = self._tensors(params)
         with torch.no_grad():
-            if self._packed is not None:
+            if tensors is None:
+                assert self._packed is not None  # for mypy: _tensors returns None only then
                 self._rows[self.filled].copy_(self._packed)
             else:
                 torch._foreach_copy_(self.views(params)[self.filled], tensors)
+        self.filled += 1
+        return self.filled == self.chunk
 
     def views(self, params: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
         """Per step of the chunk: views of its row shaped like ``params`` then their gradients."""
@@ -369,8 +485,6 @@ class _WorkBuffer:
         return self._views
 
     def reduce(self) -> np.ndarray:
-        """Per copied step: nonzero gradients, then per layer the norms of the
-        gradient, of the update and of the weights before it. Empties the chunk."""
         steps, self.filled = self.filled, 0
         n = len(self.bounds)
         out = np.zeros((steps, 1 + 3 * n))
@@ -401,19 +515,12 @@ class _WorkBuffer:
     def _norms(self, flat: torch.Tensor) -> np.ndarray:
         return np.array([float(torch.linalg.vector_norm(flat[a:b])) for a, b in self.bounds])
 
-    def current(self, params: Sequence[torch.Tensor]) -> np.ndarray:
-        """The weights now, flat, as float64."""
-        if not params:
-            return np.zeros(0)
-        return torch.cat([p.detach().reshape(-1).double().cpu() for p in params]).numpy()
 
-    def per_layer(self, values: np.ndarray) -> np.ndarray:
-        """Sum a flat per-weight array within each layer."""
-        return np.add.reduceat(values, self.starts) if len(self.starts) else np.zeros(0)
-
-    def never_got_gradient(self) -> list[int]:
-        """Per layer: weights whose gradient was exactly 0 at every step."""
-        return [int(n) for n in self.per_layer((~self.seen).astype(np.int64))]
+def step_stats(layers: Sequence[Sequence[torch.Tensor]]) -> _StepStats:
+    """The per-step statistics of ``layers``: the compiled kernel when it was built."""
+    if _kernel is not None and any(p.numel() for ps in layers for p in ps):
+        return _KernelStats(layers, _kernel)
+    return _ChunkedStats(layers)
 
 
 def pack_layers(model: nn.Module) -> None:
@@ -451,6 +558,7 @@ def _linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
 
 
 _data_ptr = torch.Tensor.data_ptr
+_grad_of = operator.attrgetter("grad")
 
 
 def _packed(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -467,15 +575,49 @@ def _packed(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
     return torch.as_strided(first, (total,), (1,), first.storage_offset())
 
 
-def _inactive_shares(acts: Sequence[torch.Tensor]) -> np.ndarray:
+def _loss_values(losses: Sequence[float | torch.Tensor]) -> np.ndarray:
+    """The losses as float64, device tensors read in one transfer."""
+    on_device = [v for v in losses if isinstance(v, torch.Tensor)]
+    if not on_device:
+        return np.array(losses, dtype=np.float64)
+    read = iter(torch.stack(on_device).to("cpu", torch.float64).tolist())
+    return np.array([next(read) if isinstance(v, torch.Tensor) else v for v in losses])
+
+
+def _inactive_now(out: torch.Tensor) -> float | torch.Tensor:
+    """The share of ``out``'s units (last dimension) that are 0 on the whole
+    batch, counted now by the kernel; or ``out`` itself, to reduce with its chunk.
+
+    Counting at once lets the output be freed as usual: keeping a chunk of
+    outputs alive makes every step write its activations to fresh memory.
+    """
+    if (
+        _count_inactive is not None
+        and out.is_cpu
+        and out.dtype in _KERNEL_DTYPES
+        and out.numel()
+        and out.is_contiguous()
+    ):
+        units = out.shape[-1]
+        inactive = _count_inactive(out.data_ptr(), out.numel() // units, units, out.dtype is F64)
+        return 1.0 - (units - inactive) / units  # as _inactive_shares computes it
+    return out.detach()
+
+
+def _inactive_shares(acts: Sequence[float | torch.Tensor]) -> np.ndarray:
     """Per ReLU output: the share of its units (last dimension) that were 0 on the whole batch."""
     shares = np.zeros(len(acts))
     groups: dict[tuple[int, ...], list[int]] = {}
+    outputs: dict[int, torch.Tensor] = {}
     for i, a in enumerate(acts):
-        groups.setdefault(tuple(a.shape), []).append(i)
+        if isinstance(a, torch.Tensor):
+            outputs[i] = a
+            groups.setdefault(tuple(a.shape), []).append(i)
+        else:
+            shares[i] = a  # counted by the kernel
     for shape, index in groups.items():  # outputs of one shape reduce in one call
         units = shape[-1]
-        stacked = torch.stack([acts[i] for i in index]).reshape(len(index), -1, units)
+        stacked = torch.stack([outputs[i] for i in index]).reshape(len(index), -1, units)
         highest = stacked.amax(dim=1)  # torch reduces across rows fastest this way
         alive = highest > 0
         if highest.isnan().any():  # a unit is alive iff some output is > 0, NaN or not

@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
 from typing import Any
 
 from faultbench.faults import Condition
@@ -74,12 +75,14 @@ class RunSpec:
 
 @cache
 def code_version() -> str:
-    """Hash of the code every run goes through (loop, model recipes, monitor, trace)."""
+    """Hash of the code every run goes through (loop, models, monitor and its kernel, trace)."""
     from faultbench import architectures, loop, model, monitor, trace
 
     digest = hashlib.sha256()
     for module in (loop, model, architectures, monitor, trace):
         digest.update(inspect.getsource(module).encode())
+    kernel = resources.files("faultbench").joinpath("_stepstats.c")  # the monitor's C half
+    digest.update(kernel.read_bytes() if kernel.is_file() else b"")
     return digest.hexdigest()[:12]
 
 

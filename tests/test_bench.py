@@ -79,6 +79,6 @@ def test_overhead_parts_script_prints_each_part() -> None:
         [sys.executable, script, "--rounds", "1"], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    for part in ("bare", "evaluations", "copy + reduce", "instrumented"):
+    for part in ("bare", "evaluations", "statistics", "instrumented"):
         assert re.search(rf"^  {re.escape(part)} +{NUMBER}x", done.stdout, re.M), done.stdout
     assert re.search(r"^  bare +1\.000x", done.stdout, re.M), done.stdout

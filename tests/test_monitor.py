@@ -1,9 +1,11 @@
-"""The monitor's fast paths record exactly what its plain path records."""
+"""The monitor's fast paths record what its plain path records."""
 
 from __future__ import annotations
 
 import copy
 import pickle
+import shutil
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -12,14 +14,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
+from faultbench import monitor as monitor_module
 from faultbench.faults import base_setup, condition
 from faultbench.model import BatchStream, build_model
-from faultbench.monitor import pack_layers
+from faultbench.monitor import _ChunkedStats, _KernelStats, pack_layers
 from faultbench.tasks import get_task
 from faultbench.trace import Trace
 
 STEPS = 70  # more than two chunks of 32, and a partial one
 TIMED = {"wait_seconds", "compute_seconds"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Train on one thread, as the benchmark's workers do: on more, torch may
+    split a reduction differently from one run to the next, and two runs of
+    the same training differ in the last bit now and then."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _trace(task: str, fault: str, *, pack: bool, set_to_none: bool = False) -> Trace:
@@ -122,3 +136,93 @@ def test_a_loss_must_have_one_element() -> None:
     monitor.step(out.sum().reshape(1))  # one element, any shape: fine
     with pytest.raises(RuntimeError):
         monitor.step(out.sum(dim=1))
+
+
+# -- the compiled kernel against the numpy path ---------------------------------
+NORMS = {"grad_norm", "update_ratio"}  # summed in another order: last-bit differences
+
+
+def _without_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitor_module, "_kernel", None)
+    monkeypatch.setattr(monitor_module, "_count_inactive", None)
+
+
+@pytest.mark.skipif(monitor_module._kernel is None, reason="built without a C compiler")
+@pytest.mark.parametrize("task", ["digits", "shapes", "language"])  # mlp, cnn, gru
+@pytest.mark.parametrize("fault", ["", "missing_zero_grad", "frozen_layer", "dead_units"])
+def test_the_kernel_records_what_the_numpy_path_records(
+    task: str, fault: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = _run(task, fault, pack=True)
+    assert isinstance(fast._work, _KernelStats)
+    with monkeypatch.context() as patch:
+        _without_kernel(patch)
+        slow = _run(task, fault, pack=True)
+    assert isinstance(slow._work, _ChunkedStats)
+    a, b = fast.trace(), slow.trace()
+    for name in a.__dataclass_fields__:
+        if name in TIMED:
+            continue
+        x, y = getattr(a, name), getattr(b, name)
+        pairs = [(x[k], y[k]) for k in x] if isinstance(x, dict) else [(x, y)]
+        for u, v in pairs:
+            if name in NORMS:
+                np.testing.assert_allclose(u, v, rtol=2e-5, err_msg=name)
+            else:  # counts, shares, losses: exactly the same
+                np.testing.assert_array_equal(u, v, err_msg=name)
+
+
+def test_the_kernel_is_built_where_a_c_compiler_is() -> None:
+    if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler: the numpy path is the one in use")
+    assert monitor_module._kernel is not None, "setup.py should have built faultbench._stepstats"
+    _model, monitor = _small()
+    assert isinstance(monitor._work, _KernelStats)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "shape", [(32, 16), (8, 3, 5, 5), (4, 7, 3)]
+)  # mlp, cnn and sequence outputs: units are the last dimension
+def test_inactive_units_are_counted_as_the_chunked_path_counts_them(
+    dtype: torch.dtype, shape: tuple[int, ...]
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+    out = torch.relu(torch.randn(shape, generator=generator, dtype=dtype) - 0.8)
+    out[..., 0] = 0.0  # one unit certainly inactive
+    out.view(-1, shape[-1])[0, 1] = float("nan")  # NaN alone does not make a unit active
+    out.view(-1, shape[-1])[1:, 1] = 0.0
+    slow = monitor_module._inactive_shares([out])[0]
+    fast = monitor_module._inactive_now(out)
+    if monitor_module._count_inactive is None:
+        assert isinstance(fast, torch.Tensor)  # kept for the chunk instead
+    else:
+        assert fast == slow
+    assert 2 / shape[-1] <= slow < 1
+    # A view the kernel cannot read in place goes the chunked way.
+    assert isinstance(monitor_module._inactive_now(out.transpose(0, -1)), torch.Tensor)
+
+
+def test_a_float64_model_is_recorded_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run() -> Trace:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).double()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        monitor = Monitor(model, optimizer)
+        x, y = torch.randn(16, 4, dtype=torch.float64), torch.randint(0, 3, (16,))
+        for _ in range(40):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            monitor.step(loss)
+        return monitor.trace()
+
+    fast = run()
+    with monkeypatch.context() as patch:
+        _without_kernel(patch)
+        slow = run()
+    for name in fast.grad_norm:
+        np.testing.assert_allclose(fast.grad_norm[name], slow.grad_norm[name], rtol=1e-12)
+        np.testing.assert_allclose(fast.update_ratio[name], slow.update_ratio[name], rtol=1e-12)
+    np.testing.assert_array_equal(fast.inactive_share, slow.inactive_share)
