@@ -27,8 +27,16 @@
  * in SIMD lanes) and in double across blocks. */
 #define BLOCK 256
 
+/* On x86-64 Linux (gcc or clang), also compile an AVX2 version, chosen at
+ * load time on processors that have it; elsewhere, the baseline only. */
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define VERSIONS __attribute__((target_clones("avx2", "default")))
+#else
+#define VERSIONS
+#endif
+
 #define STEP_KERNEL(NAME, T)                                                        \
-    static void NAME(const T *weights, const T *grads, T *before, uint8_t *seen,  \
+    VERSIONS static void NAME(const T *weights, const T *grads, T *before, uint8_t *seen,  \
                      double *out, const int64_t *bounds, Py_ssize_t layers)       \
     {                                                                              \
         double nonzero = 0;                                                        \

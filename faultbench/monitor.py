@@ -57,8 +57,9 @@ B = TypeVar("B")
 
 WEIGHT, GRAD = 0, 1  # rows of the work buffer: weights after a step, its gradients
 # (the gradient row is reused for the update once the chunk's gradients are reduced)
-CHUNK_STEPS = 32  # steps copied before they are reduced together
+CHUNK_STEPS = 32  # steps kept before they are reduced together (numpy path, kept tensors)
 CHUNK_BYTES = 16 << 20  # at most this much copy buffer (fewer steps per chunk for big models)
+KERNEL_ROWS = 1024  # steps of kernel results gathered at once: nothing else is kept per step
 
 
 class Monitor:
@@ -80,14 +81,14 @@ class Monitor:
         self._flat = [p for ps in self._params for p in ps]
         self._work = step_stats(self._params)
         self._init = self._work.current(self._flat)  # weights at the start, for weight_change
-        self._losses: list[
-            float | torch.Tensor
-        ] = []  # this chunk's losses (device ones as tensors)
+        self._losses: list[float | torch.Tensor] = []  # this chunk's (device ones as tensors)
         # This chunk's ReLU outputs (training forwards): their inactive share, or
         # the output itself where the kernel cannot read it (reduced per chunk).
         self._acts: list[float | torch.Tensor] = []
         self._act_calls: list[int] = []  # this chunk: training forwards per step
         self._acts_counted = 0  # outputs in _acts already assigned to a step
+        self._acts_checked = 0  # outputs in _acts already checked for kept tensors
+        self._holding = False  # whether this chunk keeps tensors (then it is reduced sooner)
         self._done: list[np.ndarray] = []  # reduced chunks: loss, inactive share, then stats
         self._wait: list[float] = []
         self._compute: list[float] = []
@@ -128,10 +129,21 @@ class Monitor:
             self._losses.append(loss.item())  # a one-element loss; anything bigger raises
         else:  # reading it would wait for the device: kept until the chunk ends
             self._losses.append(loss.detach().reshape(()))
+            self._holding = True
         self._act_calls.append(len(self._acts) - self._acts_counted)
         self._acts_counted = len(self._acts)
-        if self._work.record(self._flat):
+        full = self._work.record(self._flat)
+        if full or (len(self._act_calls) % CHUNK_STEPS == 0 and self._keeps_tensors()):
             self._reduce_chunk()
+
+    def _keeps_tensors(self) -> bool:
+        """Whether this chunk keeps tensors, which are reduced every ``CHUNK_STEPS``
+        steps to bound memory; floats wait until the kernel's rows are full."""
+        if not self._holding:
+            fresh = self._acts[self._acts_checked :]
+            self._holding = any(isinstance(a, torch.Tensor) for a in fresh)
+            self._acts_checked = len(self._acts)
+        return self._holding
 
     def log_eval(self, *, train_acc: float, val_acc: float, val_loss: float = float("nan")) -> None:
         """Record an evaluation made after the latest step."""
@@ -155,7 +167,8 @@ class Monitor:
         self._done.append(np.column_stack([losses, inactive, self._work.reduce()]))
         del self._acts[:used]  # in place: the taps hold this list
         self._losses, self._act_calls = [], []
-        self._acts_counted = 0
+        self._acts_counted = self._acts_checked = 0
+        self._holding = False
 
     def _first_batch(self, batch: Any) -> None:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
@@ -393,6 +406,7 @@ class _KernelStats(_StepStats):
         super().__init__(layers)
         self.kernel = kernel
         n = len(self.layer_sizes)
+        self.chunk = KERNEL_ROWS
         self.rows = np.zeros((self.chunk, 1 + 3 * n))
         self.row_at = [self.rows[k].ctypes.data for k in range(self.chunk)]
         self.bound_array = np.array([0, *np.cumsum(self.layer_sizes)], dtype=np.int64)
@@ -591,16 +605,13 @@ def _inactive_now(out: torch.Tensor) -> float | torch.Tensor:
     Counting at once lets the output be freed as usual: keeping a chunk of
     outputs alive makes every step write its activations to fresh memory.
     """
-    if (
-        _count_inactive is not None
-        and out.is_cpu
-        and out.dtype in _KERNEL_DTYPES
-        and out.numel()
-        and out.is_contiguous()
-    ):
-        units = out.shape[-1]
-        inactive = _count_inactive(out.data_ptr(), out.numel() // units, units, out.dtype is F64)
-        return 1.0 - (units - inactive) / units  # as _inactive_shares computes it
+    dtype = out.dtype
+    if _count_inactive is not None and dtype in _KERNEL_DTYPES and out.is_cpu:
+        size = out.numel()
+        if size and out.is_contiguous():
+            units = out.shape[-1]
+            inactive = _count_inactive(out.data_ptr(), size // units, units, dtype is F64)
+            return 1.0 - (units - inactive) / units  # as _inactive_shares computes it
     return out.detach()
 
 

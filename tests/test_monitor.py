@@ -226,3 +226,40 @@ def test_a_float64_model_is_recorded_in_float64(monkeypatch: pytest.MonkeyPatch)
         np.testing.assert_allclose(fast.grad_norm[name], slow.grad_norm[name], rtol=1e-12)
         np.testing.assert_allclose(fast.update_ratio[name], slow.update_ratio[name], rtol=1e-12)
     np.testing.assert_array_equal(fast.inactive_share, slow.inactive_share)
+
+
+def test_kernel_rows_gathered_in_smaller_blocks_give_the_same_trace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    whole = _trace("digits", "dead_units", pack=True)
+    monkeypatch.setattr(monitor_module, "KERNEL_ROWS", 16)  # 70 steps: four blocks and a part
+    _assert_same(_trace("digits", "dead_units", pack=True), whole)
+
+
+def test_outputs_the_kernel_cannot_read_are_kept_one_chunk_at_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def run(steps: int) -> tuple[Trace, int]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).to(torch.bfloat16)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        monitor = Monitor(model, optimizer)
+        x, y = torch.randn(16, 4).to(torch.bfloat16), torch.randint(0, 3, (16,))
+        most = 0
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x).float(), y)
+            loss.backward()
+            optimizer.step()
+            monitor.step(loss)
+            most = max(most, len(monitor._acts))
+        return monitor.trace(), most
+
+    trace, most = run(STEPS)
+    assert most <= monitor_module.CHUNK_STEPS  # bf16 outputs are kept as tensors until reduced
+    assert len(trace.inactive_share) == STEPS and np.isfinite(trace.grad_norm["0"]).all()
+    with monkeypatch.context() as patch:
+        _without_kernel(patch)
+        slow, _ = run(STEPS)
+    np.testing.assert_array_equal(trace.inactive_share, slow.inactive_share)
+    np.testing.assert_allclose(trace.grad_norm["2"], slow.grad_norm["2"], rtol=1e-6)
