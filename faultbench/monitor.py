@@ -269,13 +269,16 @@ class Monitor:
 
 
 class _ActivationTap:
-    """Keeps a module's outputs from training forwards, by wrapping its ``forward``.
+    """Notes the inactive share of a module's outputs in training forwards, by
+    wrapping its ``forward``.
 
     A forward hook would do the same, but any hook sends every call of the
     module through torch's general (slow) call path, which alone costs more
-    per step than this whole monitor should. Outputs are kept by reference
-    until the chunk is reduced; autograd already forbids changing a ReLU
-    output in place while backward needs it.
+    per step than this whole monitor should. The share is counted as soon as
+    the output exists (see :func:`_inactive_now`); an output the kernel cannot
+    read is kept by reference until its chunk is reduced, which is safe
+    because autograd forbids changing a ReLU output in place while backward
+    needs it.
     """
 
     def __init__(self, module: nn.Module, sink: list[float | torch.Tensor]) -> None:
@@ -406,8 +409,9 @@ class _KernelStats(_StepStats):
         super().__init__(layers)
         self.kernel = kernel
         n = len(self.layer_sizes)
-        self.chunk = KERNEL_ROWS
-        self.rows = np.zeros((self.chunk, 1 + 3 * n))
+        width = 1 + 3 * n
+        self.chunk = max(CHUNK_STEPS, min(KERNEL_ROWS, CHUNK_BYTES // (8 * width)))
+        self.rows = np.zeros((self.chunk, width))
         self.row_at = [self.rows[k].ctypes.data for k in range(self.chunk)]
         self.bound_array = np.array([0, *np.cumsum(self.layer_sizes)], dtype=np.int64)
         self.scratch = torch.zeros(2, self.size, dtype=self.dtype)  # weights, gradients
@@ -541,12 +545,12 @@ def pack_layers(model: nn.Module) -> None:
     """Lay the weights and gradients of ``model``'s ``nn.Linear`` layers end to end.
 
     All become views of one flat storage (the weights, then their gradients,
-    in the monitor's order), so :class:`Monitor` records a step with one copy
-    instead of one per tensor. Training computes the same numbers. Backward
-    adds into the gradient views, so clear them with
-    ``zero_grad(set_to_none=False)``: a gradient set to ``None`` is reallocated
-    elsewhere, and the monitor then copies tensor by tensor again (still
-    correct, only slower).
+    in the monitor's order), so :class:`Monitor` reads a step's weights and
+    gradients in place (or, without the compiled kernel, with one copy instead
+    of one per tensor). Training computes the same numbers. Backward adds into
+    the gradient views, so clear them with ``zero_grad(set_to_none=False)``: a
+    gradient set to ``None`` is reallocated elsewhere, and the monitor then
+    copies tensor by tensor (still correct, only slower).
     """
     params = [p for m in _linear_layers(model).values() for p in m.parameters()]
     if not params or len({(p.device, p.dtype) for p in params}) > 1:

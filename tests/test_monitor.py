@@ -232,7 +232,7 @@ def test_kernel_rows_gathered_in_smaller_blocks_give_the_same_trace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     whole = _trace("digits", "dead_units", pack=True)
-    monkeypatch.setattr(monitor_module, "KERNEL_ROWS", 16)  # 70 steps: four blocks and a part
+    monkeypatch.setattr(monitor_module, "KERNEL_ROWS", 16)  # blocks of 32 (the floor): 70 steps, 3
     _assert_same(_trace("digits", "dead_units", pack=True), whole)
 
 
