@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -263,3 +267,27 @@ def test_outputs_the_kernel_cannot_read_are_kept_one_chunk_at_most(
         slow, _ = run(STEPS)
     np.testing.assert_array_equal(trace.inactive_share, slow.inactive_share)
     np.testing.assert_allclose(trace.grad_norm["2"], slow.grad_norm["2"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("compiler", ["false", "cc"])
+def test_the_kernel_is_optional_at_install(compiler: str, tmp_path: Path) -> None:
+    """With no working C compiler the build warns and succeeds (the monitor then
+    uses its numpy path); with one, it builds the extension."""
+    if compiler == "cc" and not shutil.which("cc"):
+        pytest.skip("no C compiler here")
+    root = Path(__file__).resolve().parent.parent
+    into = ["--build-lib", str(tmp_path / "lib"), "--build-temp", str(tmp_path / "tmp")]
+    done = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", *into],
+        cwd=root,
+        env={**os.environ, "CC": compiler},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    built = list((tmp_path / "lib").rglob("_stepstats*"))
+    if compiler == "false":
+        assert not built and "failed" in done.stdout + done.stderr
+    else:
+        assert len(built) == 1
