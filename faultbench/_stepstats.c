@@ -90,64 +90,59 @@ STEP_KERNEL(record_double, double)
 INACTIVE_KERNEL(inactive_float, float)
 INACTIVE_KERNEL(inactive_double, double)
 
+/* Both functions take `addresses` nonzero addresses, then `sizes` counts
+ * >= 0, then a flag that is true for float64 data and false for float32.
+ * Returns 0, or -1 with a Python exception set. */
+static int parse(const char *name, PyObject *const *args, Py_ssize_t nargs, int addresses,
+                 int sizes, void **at, Py_ssize_t *size, int *wide)
+{
+    if (nargs != addresses + sizes + 1) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %d arguments, got %zd", name,
+                     addresses + sizes + 1, nargs);
+        return -1;
+    }
+    for (int k = 0; k < addresses; k++) {
+        at[k] = PyLong_AsVoidPtr(args[k]);
+        if (at[k] == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s() argument %d is a null address", name, k);
+            return -1;
+        }
+    }
+    for (int k = 0; k < sizes; k++) {
+        size[k] = PyLong_AsSsize_t(args[addresses + k]);
+        if (size[k] < 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s() argument %d must be >= 0", name,
+                             addresses + k);
+            return -1;
+        }
+    }
+    *wide = PyObject_IsTrue(args[addresses + sizes]);
+    return *wide < 0 ? -1 : 0;
+}
+
 /* inactive(address, rows, units, wide): how many of the units (columns of a
  * C-contiguous rows x units array) are never > 0. */
 static PyObject *inactive(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    void *at;
-    Py_ssize_t rows, units;
+    void *at[1];
+    Py_ssize_t size[2];
     int wide;
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "inactive() takes 4 arguments, got %zd", nargs);
+    if (parse("inactive", args, nargs, 1, 2, at, size, &wide) < 0)
         return NULL;
-    }
-    at = PyLong_AsVoidPtr(args[0]);
-    if (at == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "inactive() got a null address");
-        return NULL;
-    }
-    rows = PyLong_AsSsize_t(args[1]);
-    units = PyLong_AsSsize_t(args[2]);
-    if (rows < 0 || units < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "inactive() needs sizes >= 0");
-        return NULL;
-    }
-    wide = PyObject_IsTrue(args[3]);
-    if (wide < 0)
-        return NULL;
-    return PyLong_FromSsize_t(wide ? inactive_double(at, rows, units)
-                                   : inactive_float(at, rows, units));
+    return PyLong_FromSsize_t(wide ? inactive_double(at[0], size[0], size[1])
+                                   : inactive_float(at[0], size[0], size[1]));
 }
 
-/* record(weights, grads, before, seen, out, bounds, layers, wide): addresses
- * as ints; wide is true for float64 tensors, false for float32. */
+/* record(weights, grads, before, seen, out, bounds, layers, wide): one step's
+ * statistics (see the top of this file). */
 static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     void *at[6];
     Py_ssize_t layers;
     int wide;
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "record() takes 8 arguments, got %zd", nargs);
-        return NULL;
-    }
-    for (int k = 0; k < 6; k++) {
-        at[k] = PyLong_AsVoidPtr(args[k]);
-        if (at[k] == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "record() argument %d is a null address", k);
-            return NULL;
-        }
-    }
-    layers = PyLong_AsSsize_t(args[6]);
-    if (layers < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "record() needs a layer count >= 0");
-        return NULL;
-    }
-    wide = PyObject_IsTrue(args[7]);
-    if (wide < 0)
+    if (parse("record", args, nargs, 6, 1, at, &layers, &wide) < 0)
         return NULL;
     if (wide)
         record_double(at[0], at[1], at[2], at[3], at[4], at[5], layers);

@@ -37,7 +37,7 @@ def train(setup: RunSetup, *, record: bool = True, evaluate: bool | None = None)
     evaluate = record if evaluate is None else evaluate
     start = time.perf_counter()
     model = build_model(setup)
-    pack_layers(model)  # same numbers; lets the monitor record a step with one copy
+    pack_layers(model)  # same numbers; lets the monitor read a step's tensors in place
     trainable = [
         p for name, p in model.named_parameters() if name.split(".")[0] not in setup.frozen_layers
     ]

@@ -343,7 +343,7 @@ class _StepStats:
         self.layer_sizes = [sum(p.numel() for p in ps) for ps in layers]
         self.starts = np.cumsum([0, *self.layer_sizes[:-1]]) if layers else np.zeros(0, int)
         self.bounds = list(zip(self.starts.tolist(), [*self.starts[1:].tolist(), self.size]))
-        self.chunk = CHUNK_STEPS
+        self.chunk: int  # steps recorded between reductions, set by each way
         self.no_grad = [torch.zeros_like(p) for p in flat]  # what a None gradient copies
         # CPU tensors of the buffer's dtype can be viewed as one flat tensor;
         # anything else is copied (and converted) tensor by tensor.
@@ -415,8 +415,9 @@ class _KernelStats(_StepStats):
         self.row_at = [self.rows[k].ctypes.data for k in range(self.chunk)]
         self.bound_array = np.array([0, *np.cumsum(self.layer_sizes)], dtype=np.int64)
         self.scratch = torch.zeros(2, self.size, dtype=self.dtype)  # weights, gradients
-        self.itemsize = self.scratch.element_size()
+        self.grad_offset = self.size * self.scratch.element_size()  # bytes from weights to grads
         self.fixed = (self.last.ctypes.data, self.seen.ctypes.data, self.bound_array.ctypes.data)
+        self.layer_count = n
         self.wide = self.dtype == torch.float64
         self._scratch_views: list[torch.Tensor] = []
 
@@ -426,25 +427,17 @@ class _KernelStats(_StepStats):
             assert self._packed is not None  # for mypy: _tensors returns None only then
             weights = self._packed.data_ptr()
         else:
+            if not self._scratch_views:
+                self._scratch_views = _shaped_views(self.scratch, params)
             with torch.no_grad():
-                torch._foreach_copy_(self._views(params), tensors)
+                torch._foreach_copy_(self._scratch_views, tensors)
             weights = self.scratch.data_ptr()
         before, seen, bounds = self.fixed
-        grads = weights + self.size * self.itemsize
+        grads = weights + self.grad_offset
         out = self.row_at[self.filled]
-        self.kernel(weights, grads, before, seen, out, bounds, len(self.layer_sizes), self.wide)
+        self.kernel(weights, grads, before, seen, out, bounds, self.layer_count, self.wide)
         self.filled += 1
         return self.filled == self.chunk
-
-    def _views(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if not self._scratch_views:
-            bounds = np.cumsum([0, *(p.numel() for p in params)]).tolist()
-            self._scratch_views = [
-                self.scratch[r, a:b].view(p.shape)
-                for r in (WEIGHT, GRAD)
-                for p, a, b in zip(params, bounds, bounds[1:])
-            ]
-        return self._scratch_views
 
     def reduce(self) -> np.ndarray:
         steps, self.filled = self.filled, 0
@@ -491,15 +484,7 @@ class _ChunkedStats(_StepStats):
     def views(self, params: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
         """Per step of the chunk: views of its row shaped like ``params`` then their gradients."""
         if not self._views:
-            bounds = np.cumsum([0, *(p.numel() for p in params)]).tolist()
-            self._views = [
-                [
-                    self.tensor[k, r, a:b].view(p.shape)
-                    for r in (WEIGHT, GRAD)
-                    for p, a, b in zip(params, bounds, bounds[1:])
-                ]
-                for k in range(self.chunk)
-            ]
+            self._views = [_shaped_views(self.tensor[k], params) for k in range(self.chunk)]
         return self._views
 
     def reduce(self) -> np.ndarray:
@@ -591,6 +576,17 @@ def _packed(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
         at += t.numel() * t.element_size()
     total = sum(t.numel() for t in tensors)
     return torch.as_strided(first, (total,), (1,), first.storage_offset())
+
+
+def _shaped_views(rows: torch.Tensor, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Views of a (weights, gradients) pair of flat rows shaped like ``params``,
+    then like their gradients: where a tensor-by-tensor copy writes them."""
+    bounds = np.cumsum([0, *(p.numel() for p in params)]).tolist()
+    return [
+        rows[r, a:b].view(p.shape)
+        for r in (WEIGHT, GRAD)
+        for p, a, b in zip(params, bounds, bounds[1:])
+    ]
 
 
 def _loss_values(losses: Sequence[float | torch.Tensor]) -> np.ndarray:
