@@ -90,8 +90,8 @@ STEP_KERNEL(record_double, double)
 INACTIVE_KERNEL(inactive_float, float)
 INACTIVE_KERNEL(inactive_double, double)
 
-/* Both functions take `addresses` nonzero addresses, then `sizes` counts
- * >= 0, then a flag that is true for float64 data and false for float32.
+/* record() takes `addresses` nonzero addresses, then `sizes` counts >= 0,
+ * then a flag that is true for float64 data and false for float32.
  * Returns 0, or -1 with a Python exception set. */
 static int parse(const char *name, PyObject *const *args, Py_ssize_t nargs, int addresses,
                  int sizes, void **at, Py_ssize_t *size, int *wide)
@@ -122,17 +122,42 @@ static int parse(const char *name, PyObject *const *args, Py_ssize_t nargs, int 
     return *wide < 0 ? -1 : 0;
 }
 
-/* inactive(address, rows, units, wide): how many of the units (columns of a
- * C-contiguous rows x units array) are never > 0. */
+/* inactive(address, shape, wide): how many of the units (the last dimension
+ * of a C-contiguous array of that shape) are never > 0; -1 for an empty array.
+ * It takes the shape itself: asking torch for sizes costs more than this. */
 static PyObject *inactive(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    void *at[1];
-    Py_ssize_t size[2];
-    int wide;
-    if (parse("inactive", args, nargs, 1, 2, at, size, &wide) < 0)
+    if (nargs != 3 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) < 1) {
+        PyErr_SetString(PyExc_TypeError, "inactive() takes an address, a non-empty shape tuple "
+                                         "and a flag");
         return NULL;
-    return PyLong_FromSsize_t(wide ? inactive_double(at[0], size[0], size[1])
-                                   : inactive_float(at[0], size[0], size[1]));
+    }
+    void *at = PyLong_AsVoidPtr(args[0]);
+    if (at == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "inactive() argument 0 is a null address");
+        return NULL;
+    }
+    Py_ssize_t dims = PyTuple_GET_SIZE(args[1]), rows = 1, units = 0;
+    for (Py_ssize_t k = 0; k < dims; k++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[1], k));
+        if (size < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "inactive() shape sizes must be >= 0");
+            return NULL;
+        }
+        if (k + 1 < dims)
+            rows *= size;
+        else
+            units = size;
+    }
+    int wide = PyObject_IsTrue(args[2]);
+    if (wide < 0)
+        return NULL;
+    if (rows == 0 || units == 0)
+        return PyLong_FromLong(-1);
+    return PyLong_FromSsize_t(wide ? inactive_double(at, rows, units)
+                                   : inactive_float(at, rows, units));
 }
 
 /* record(weights, grads, before, seen, out, bounds, layers, wide): one step's
@@ -155,7 +180,7 @@ static PyMethodDef methods[] = {
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
      "record(weights, grads, before, seen, out, bounds, layers, wide): one step's statistics."},
     {"inactive", (PyCFunction)(void (*)(void))inactive, METH_FASTCALL,
-     "inactive(address, rows, units, wide): units of a rows x units array never > 0."},
+     "inactive(address, shape, wide): units (last dimension) of an array never > 0."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,14 +39,13 @@ from faultbench.trace import RunConfig, Trace
 
 # The compiled kernels (faultbench/_stepstats.c), if they were built.
 _kernel: Callable[..., None] | None
-_count_inactive: Callable[[int, int, int, bool], int] | None
+_count_inactive: Callable[[int, tuple[int, ...], bool], int] | None
 try:  # built at install when a C compiler is there (setup.py)
     from faultbench._stepstats import inactive as _count_inactive
     from faultbench._stepstats import record as _kernel
 except ImportError:  # pragma: no cover - depends on the install
     _kernel = _count_inactive = None
-F64 = torch.float64
-_KERNEL_DTYPES = (torch.float32, F64)
+F32, F64 = torch.float32, torch.float64
 
 if TYPE_CHECKING:  # doctor and run import this module
     from faultbench.diagnosis import Diagnosis
@@ -60,6 +59,7 @@ WEIGHT, GRAD = 0, 1  # rows of the work buffer: weights after a step, its gradie
 CHUNK_STEPS = 32  # steps kept before they are reduced together (numpy path, kept tensors)
 CHUNK_BYTES = 16 << 20  # at most this much copy buffer (fewer steps per chunk for big models)
 KERNEL_ROWS = 1024  # steps of kernel results gathered at once: nothing else is kept per step
+FULL_CHECK_EVERY = 32  # steps: at least this often, check where every weight and gradient lies
 
 
 class Monitor:
@@ -300,12 +300,17 @@ class _ActivationTap:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = self.inner(*args, **kwargs)
-        self.keep(out)
+        if self.module.training and isinstance(out, torch.Tensor):  # keep(), inlined
+            share = _inactive_now(out)
+            if share is not None:
+                self.sink.append(share)
         return out
 
     def keep(self, out: Any) -> None:
-        if self.module.training and isinstance(out, torch.Tensor) and out.dim() >= 2:
-            self.sink.append(_inactive_now(out))
+        if self.module.training and isinstance(out, torch.Tensor):
+            share = _inactive_now(out)
+            if share is not None:
+                self.sink.append(share)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         # A copy of a monitored model is not monitored: it gets the forward
@@ -349,6 +354,9 @@ class _StepStats:
         # anything else is copied (and converted) tensor by tensor.
         self.direct = all(p.device.type == "cpu" and p.dtype == self.dtype for p in flat)
         self._where: list[int] = []  # data pointers of the weights and gradients last seen
+        self._storage = 0  # the packed storage (its address), while packed
+        self._uses = 0  # how many tensors used it at the last full check
+        self._quick_checks = 0  # steps left that may trust that count
         self._packed: torch.Tensor | None = None  # one view of them all, if they lie end to end
         numpy_dtype = np.float64 if wide else np.float32
         self.last = self.current(flat).astype(numpy_dtype)  # weights before the next step
@@ -365,19 +373,42 @@ class _StepStats:
         raise NotImplementedError
 
     def _tensors(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
-        """This step's weights then gradients; None when they are where they were
-        last step and lie end to end (in ``self._packed``)."""
-        try:
-            where = [*map(_data_ptr, params), *map(_data_ptr, map(_grad_of, params))]
+        """This step's weights then gradients; None when they still lie end to
+        end where they did last step (then ``self._packed`` views them all)."""
+        # The usual step asks torch one thing: how many tensors share the packed
+        # storage. Moving a weight (``p.data = x``) or replacing a gradient
+        # (``zero_grad(set_to_none=True)``, ``p.grad = g``) drops a tensor from
+        # it, so the count changes; a step that changes it is checked in full,
+        # and so is every FULL_CHECK_EVERY-th step, in case a loop both dropped
+        # a tensor and added a view of the storage in the same step.
+        uses = _storage_uses
+        if self._quick_checks and uses is not None and uses(self._storage) == self._uses:
+            self._quick_checks -= 1
+            return None
+        grads = [*map(_grad_of, params)]
+        try:  # not the gradients themselves: holding them would keep the count up
+            where = [*map(_data_ptr, params), *map(_data_ptr, grads)]
         except TypeError:  # a gradient is None: never packed
             where = []
-        if where == self._where and self._packed is not None:  # the usual step
+        if where == self._where and self._packed is not None:
+            self._start_quick_checks()
             return None
         self._where = where
-        grads = [p.grad for p in params]
         tensors = [*params, *(z if g is None else g for g, z in zip(grads, self.no_grad))]
         self._packed = _packed(tensors) if self.direct else None
+        self._start_quick_checks()
         return None if self._packed is not None else tensors
+
+    def _start_quick_checks(self) -> None:
+        """After a full check that found the tensors packed, count the storage's
+        users; the next steps compare with this count instead of asking torch
+        where each tensor lies."""
+        if self._packed is None or _storage_uses is None:
+            self._quick_checks = 0
+            return
+        self._storage = self._packed.untyped_storage()._cdata
+        self._uses = _storage_uses(self._storage)
+        self._quick_checks = FULL_CHECK_EVERY - 1
 
     def current(self, params: Sequence[torch.Tensor]) -> np.ndarray:
         """The weights now, flat, as float64."""
@@ -412,7 +443,10 @@ class _KernelStats(_StepStats):
         width = 1 + 3 * n
         self.chunk = max(CHUNK_STEPS, min(KERNEL_ROWS, CHUNK_BYTES // (8 * width)))
         self.rows = np.zeros((self.chunk, width))
-        self.row_at = [self.rows[k].ctypes.data for k in range(self.chunk)]
+        # Each row's address by arithmetic: ``.ctypes`` builds a helper object
+        # per call, which a thousand times over costs about 1% of a digits run.
+        first, stride = self.rows.ctypes.data, self.rows.strides[0]
+        self.row_at = [first + k * stride for k in range(self.chunk)]
         self.bound_array = np.array([0, *np.cumsum(self.layer_sizes)], dtype=np.int64)
         self.scratch = torch.zeros(2, self.size, dtype=self.dtype)  # weights, gradients
         self.grad_offset = self.size * self.scratch.element_size()  # bytes from weights to grads
@@ -562,6 +596,9 @@ def _linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
 
 _data_ptr = torch.Tensor.data_ptr
 _grad_of = operator.attrgetter("grad")
+# How many tensors share a storage (a private torch function; without it,
+# every step is checked in full).
+_storage_uses: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _packed(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -598,19 +635,28 @@ def _loss_values(losses: Sequence[float | torch.Tensor]) -> np.ndarray:
     return np.array([next(read) if isinstance(v, torch.Tensor) else v for v in losses])
 
 
-def _inactive_now(out: torch.Tensor) -> float | torch.Tensor:
+def _inactive_now(out: torch.Tensor) -> float | torch.Tensor | None:
     """The share of ``out``'s units (last dimension) that are 0 on the whole
-    batch, counted now by the kernel; or ``out`` itself, to reduce with its chunk.
+    batch, counted now by the kernel; or ``out`` itself, to reduce with its
+    chunk; None for an output of fewer than two dimensions (no batch of units).
 
     Counting at once lets the output be freed as usual: keeping a chunk of
     outputs alive makes every step write its activations to fresh memory.
+    This runs at every training forward, so it asks torch only what it must.
     """
+    shape = out.shape
+    if len(shape) < 2:
+        return None
     dtype = out.dtype
-    if _count_inactive is not None and dtype in _KERNEL_DTYPES and out.is_cpu:
-        size = out.numel()
-        if size and out.is_contiguous():
-            units = out.shape[-1]
-            inactive = _count_inactive(out.data_ptr(), size // units, units, dtype is F64)
+    if (
+        _count_inactive is not None
+        and (dtype is F32 or dtype is F64)
+        and out.is_cpu
+        and out.is_contiguous()
+    ):
+        units = shape[-1]
+        inactive = _count_inactive(out.data_ptr(), shape, dtype is F64)
+        if inactive >= 0:  # -1: an empty output
             return 1.0 - (units - inactive) / units  # as _inactive_shares computes it
     return out.detach()
 

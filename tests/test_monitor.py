@@ -8,7 +8,7 @@ import pickle
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +44,16 @@ def _trace(task: str, fault: str, *, pack: bool, set_to_none: bool = False) -> T
     return _run(task, fault, pack=pack, set_to_none=set_to_none).trace()
 
 
-def _run(task: str, fault: str, *, pack: bool, set_to_none: bool = False) -> Monitor:
-    """A short run of the benchmark's model, recorded by a Monitor in a loop of our own."""
+def _run(
+    task: str,
+    fault: str,
+    *,
+    pack: bool,
+    set_to_none: bool = False,
+    disturb: Callable[[int, nn.Module], None] | None = None,
+) -> Monitor:
+    """A short run of the benchmark's model, recorded by a Monitor in a loop of
+    our own; ``disturb(step, model)`` runs after each update, before the monitor."""
     setup = base_setup(get_task(task), 0)
     if fault:
         setup = condition(fault).apply(setup)
@@ -56,12 +64,14 @@ def _run(task: str, fault: str, *, pack: bool, set_to_none: bool = False) -> Mon
     optimizer = torch.optim.Adam(params, lr=setup.lr)
     monitor = Monitor(model, optimizer)
     stream = BatchStream(setup.X_train, setup.y_train, batch_size=setup.batch_size, seed=0)
-    for _step, (xb, yb) in zip(range(STEPS), monitor.batches(stream)):
+    for step, (xb, yb) in zip(range(STEPS), monitor.batches(stream)):
         loss = F.cross_entropy(model(xb), yb)
         if setup.zero_grad:
             model.zero_grad(set_to_none=set_to_none)
         loss.backward()
         optimizer.step()
+        if disturb is not None:
+            disturb(step, model)
         monitor.step(loss)
     monitor.close()
     return monitor
@@ -88,6 +98,35 @@ def test_packed_layers_record_the_same_trace(task: str, fault: str) -> None:
     # Gradients set to None move out of the pack: the monitor must notice and
     # copy tensor by tensor, still recording the same numbers.
     _assert_same(_trace(task, fault, pack=True, set_to_none=True), plain)
+
+
+def _move_a_weight(step: int, model: nn.Module) -> None:
+    if step == 40:  # a loop that reassigns a weight, e.g. to clip or mask it
+        weight = next(model.parameters())
+        weight.data = weight.data.clone()
+
+
+def _replace_a_gradient(step: int, model: nn.Module) -> None:
+    if step == 40:  # e.g. gradient surgery that assigns a new tensor
+        bias = list(model.parameters())[-1]
+        bias.grad = None if bias.grad is None else bias.grad.clone()
+
+
+def _replace_every_gradient(step: int, model: nn.Module) -> None:
+    if step == 40:  # as a backward after zero_grad(set_to_none=True) does
+        for p in model.parameters():
+            p.grad = None if p.grad is None else p.grad.clone()
+
+
+@pytest.mark.parametrize("disturb", [_move_a_weight, _replace_a_gradient, _replace_every_gradient])
+def test_a_tensor_moved_out_of_the_pack_mid_run_is_followed(
+    disturb: Callable[[int, nn.Module], None],
+) -> None:
+    # The monitor trusts the pack on a cheap check; a move it misses would read
+    # the pack's stale copy from then on (updates of 0, old gradients).
+    plain = _trace("digits", "", pack=False)
+    packed = _run("digits", "", pack=True, disturb=disturb)
+    _assert_same(packed.trace(), plain)
 
 
 @pytest.mark.parametrize("task", ["digits", "shapes", "language"])
