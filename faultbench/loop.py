@@ -52,7 +52,8 @@ def train(setup: RunSetup, *, record: bool = True, evaluate: bool | None = None)
     monitor = Monitor(model, optimizer) if record else None
     batches = monitor.batches(stream) if monitor else iter(stream)
     eval_every = max(1, setup.steps // EVALUATIONS)
-    scorer = _Scorer(setup)
+    state = [*model.parameters(), *model.buffers()]  # what an evaluation depends on
+    snapshots: list[tuple[int, list[torch.Tensor]]] = []
     for step in range(1, setup.steps + 1):
         xb, yb = next(batches)
         loss = F.cross_entropy(model(xb), yb)
@@ -65,13 +66,36 @@ def train(setup: RunSetup, *, record: bool = True, evaluate: bool | None = None)
         if monitor is not None:
             monitor.step(loss)
         if evaluate and (step % eval_every == 0 or step == setup.steps):
-            scores = scorer(model)
-            if monitor is not None:
-                monitor.log_eval(**scores)
+            snapshots.append((step, [t.detach().clone() for t in state]))
+    _evaluate_snapshots(model, state, snapshots, _Scorer(setup), monitor)
     if monitor is None:
         return TrainResult(None, None, time.perf_counter() - start)
     monitor.close()
     return TrainResult(monitor.trace(), monitor.config(), time.perf_counter() - start)
+
+
+def _evaluate_snapshots(
+    model: nn.Module,
+    state: list[torch.Tensor],
+    snapshots: list[tuple[int, list[torch.Tensor]]],
+    scorer: _Scorer,
+    monitor: Monitor | None,
+) -> None:
+    """Score the weights saved during training, once training is over.
+
+    The same numbers as evaluating at those steps (same weights, same data,
+    same operations), but an evaluation in the middle of training pushes the
+    training step's data and code out of the caches, and the steps after it
+    ran slower for as long again as the evaluation itself took. The last
+    snapshot is the final weights, so the model ends as training left it.
+    """
+    with torch.no_grad():
+        for step, saved in snapshots:
+            for tensor, value in zip(state, saved):
+                tensor.copy_(value)
+            scores = scorer(model)
+            if monitor is not None:
+                monitor.log_eval(**scores, step=step)
 
 
 class _Scorer:

@@ -145,9 +145,23 @@ class Monitor:
             self._acts_checked = len(self._acts)
         return self._holding
 
-    def log_eval(self, *, train_acc: float, val_acc: float, val_loss: float = float("nan")) -> None:
-        """Record an evaluation made after the latest step."""
-        self._evals.append((len(self._compute), train_acc, val_acc, val_loss))
+    def log_eval(
+        self,
+        *,
+        train_acc: float,
+        val_acc: float,
+        val_loss: float = float("nan"),
+        step: int | None = None,
+    ) -> None:
+        """Record an evaluation of the weights after ``step`` updates (default:
+        the latest step). Evaluations are logged in the order of their steps."""
+        at = len(self._compute) if step is None else int(step)
+        if self._evals and at < self._evals[-1][0]:
+            raise ValueError(
+                f"log_eval(step={at}): evaluations are logged in step order, "
+                f"and step {self._evals[-1][0]:.0f} was logged already"
+            )
+        self._evals.append((at, train_acc, val_acc, val_loss))
 
     # -- results ---------------------------------------------------------------
     def _reduce_chunk(self) -> None:
