@@ -372,6 +372,7 @@ class _StepStats:
         self._uses = 0  # how many tensors used it at the last full check
         self._quick_checks = 0  # steps left that may trust that count
         self._packed: torch.Tensor | None = None  # one view of them all, if they lie end to end
+        self._packed_at = 0  # its address
         numpy_dtype = np.float64 if wide else np.float32
         self.last = self.current(flat).astype(numpy_dtype)  # weights before the next step
         self.seen = np.zeros(self.size, dtype=bool)  # weights that ever got a gradient
@@ -410,6 +411,7 @@ class _StepStats:
         self._where = where
         tensors = [*params, *(z if g is None else g for g, z in zip(grads, self.no_grad))]
         self._packed = _packed(tensors) if self.direct else None
+        self._packed_at = 0 if self._packed is None else self._packed.data_ptr()
         self._start_quick_checks()
         return None if self._packed is not None else tensors
 
@@ -464,28 +466,29 @@ class _KernelStats(_StepStats):
         self.bound_array = np.array([0, *np.cumsum(self.layer_sizes)], dtype=np.int64)
         self.scratch = torch.zeros(2, self.size, dtype=self.dtype)  # weights, gradients
         self.grad_offset = self.size * self.scratch.element_size()  # bytes from weights to grads
-        self.fixed = (self.last.ctypes.data, self.seen.ctypes.data, self.bound_array.ctypes.data)
-        self.layer_count = n
-        self.wide = self.dtype == torch.float64
+        # The kernel's arguments that never change: before, seen; then bounds, layers, wide.
+        self.fixed = (self.last.ctypes.data, self.seen.ctypes.data)
+        self.tail = (self.bound_array.ctypes.data, n, self.dtype == torch.float64)
         self._scratch_views: list[torch.Tensor] = []
 
     def record(self, params: Sequence[torch.Tensor]) -> bool:
-        tensors = self._tensors(params)
-        if tensors is None:
-            assert self._packed is not None  # for mypy: _tensors returns None only then
-            weights = self._packed.data_ptr()
+        uses = _storage_uses
+        if self._quick_checks and uses is not None and uses(self._storage) == self._uses:
+            self._quick_checks -= 1  # _tensors' usual step, inlined: this runs every step
+            weights = self._packed_at
+        elif (tensors := self._tensors(params)) is None:
+            weights = self._packed_at
         else:
             if not self._scratch_views:
                 self._scratch_views = _shaped_views(self.scratch, params)
             with torch.no_grad():
                 torch._foreach_copy_(self._scratch_views, tensors)
             weights = self.scratch.data_ptr()
-        before, seen, bounds = self.fixed
+        filled = self.filled
         grads = weights + self.grad_offset
-        out = self.row_at[self.filled]
-        self.kernel(weights, grads, before, seen, out, bounds, self.layer_count, self.wide)
-        self.filled += 1
-        return self.filled == self.chunk
+        self.kernel(weights, grads, *self.fixed, self.row_at[filled], *self.tail)
+        self.filled = filled = filled + 1
+        return filled == self.chunk
 
     def reduce(self) -> np.ndarray:
         steps, self.filled = self.filled, 0
