@@ -89,13 +89,15 @@ def _evaluate_snapshots(
     ran slower for as long again as the evaluation itself took. The last
     snapshot is the final weights, so the model ends as training left it.
     """
-    with torch.no_grad():
+    model.eval()  # once for all of them
+    with torch.inference_mode():
         for step, saved in snapshots:
             for tensor, value in zip(state, saved):
                 tensor.copy_(value)
             scores = scorer(model)
             if monitor is not None:
                 monitor.log_eval(**scores, step=step)
+    model.train()
 
 
 class _Scorer:
@@ -115,9 +117,8 @@ class _Scorer:
 
     @torch.inference_mode()
     def __call__(self, model: nn.Module) -> dict[str, float]:
-        model.eval()
+        """Score ``model`` as it is (put it in eval mode first)."""
         logits = model(self.X)
-        model.train()
         # numpy's argmax: the same indices as torch's (first maximum, NaN
         # first), at a third of the cost on a few hundred rows of ten classes.
         hits = logits.numpy().argmax(axis=1) == self.y

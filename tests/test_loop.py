@@ -36,7 +36,9 @@ def _evaluated_in_place(task: str, fault: str) -> Trace:
         optimizer.step()
         monitor.step(loss)
         if step % every == 0 or step == setup.steps:
+            model.eval()
             monitor.log_eval(**scorer(model))
+            model.train()
     monitor.close()
     return monitor.trace()
 
