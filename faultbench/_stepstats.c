@@ -2,8 +2,9 @@
  *
  * faultbench.monitor calls record() once per step with the addresses of the
  * weights after the update, their gradients, the weights before it (a copy
- * this call then refreshes), a byte per weight that is set once the weight
- * gets a nonzero gradient, the step's output row, and the layer bounds.
+ * this call then refreshes), a bit per weight (bit i % 8 of byte i / 8)
+ * that is set once the weight gets a nonzero gradient, the step's output
+ * row, and the layer bounds.
  * It writes, per layer, the norms of the gradient, of the update and of the
  * weights before it, plus the count of nonzero gradients. inactive() counts
  * the units of one ReLU output that are 0 on the whole batch, as soon as the
@@ -22,57 +23,191 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
-/* Sums of squares are taken in T over blocks of BLOCK weights (so they run
- * in SIMD lanes) and in double across blocks. */
+/* Sums of squares are taken in float (or double) lanes over blocks of at
+ * most BLOCK weights, and in double across blocks. */
 #define BLOCK 256
 
-/* On x86-64 Linux (gcc or clang), also compile an AVX2 version, chosen at
- * load time on processors that have it; elsewhere, the baseline only. */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define VERSIONS __attribute__((target_clones("avx2", "default")))
-#else
-#define VERSIONS
+/* Where the compiler has them (gcc or clang on x86-64), hand-written AVX2 and
+ * AVX-512 versions of the float body, one chosen at load time by what the
+ * processor offers; elsewhere, and for float64, the portable body only. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_X86_BODIES 1
+#include <immintrin.h>
 #endif
 
-#define STEP_KERNEL(NAME, T)                                                               \
-    VERSIONS static void NAME(const T *weights, const T *grads, T *before, uint8_t *seen,  \
+typedef struct {
+    double gg, dd, ww, nonzero; /* sums of squares: gradient, update, weights before */
+} Sums;
+
+/* The weights from i to end one by one: the few at a layer's edges that do
+ * not fill a SIMD block. `seen` has one bit per weight (bit i % 8 of byte
+ * i / 8). NaN counts as a nonzero gradient, as in the numpy path. */
+#define EDGE(NAME, T)                                                                      \
+    static void NAME(const T *weights, const T *grads, T *before, uint8_t *seen,           \
+                     int64_t i, int64_t end, Sums *s)                                      \
+    {                                                                                      \
+        for (; i < end; i++) {                                                             \
+            T w = weights[i], g = grads[i], b = before[i];                                 \
+            T d = w - b;                                                                   \
+            s->gg += (double)g * g;                                                        \
+            s->dd += (double)d * d;                                                        \
+            s->ww += (double)b * b;                                                        \
+            if (g != 0) {                                                                  \
+                s->nonzero += 1;                                                           \
+                seen[i >> 3] |= (uint8_t)(1u << (i & 7));                                  \
+            }                                                                              \
+            before[i] = w;                                                                 \
+        }                                                                                  \
+    }
+
+/* A block of n weights from i, with i a multiple of 8 and n a multiple of
+ * 16 (so each 8 weights own one byte of `seen`), n <= BLOCK. */
+#define PORTABLE_BODY(NAME, T)                                                             \
+    static void NAME(const T *weights, const T *grads, T *before, uint8_t *seen,           \
+                     int64_t i, int64_t n, Sums *s)                                        \
+    {                                                                                      \
+        T g2 = 0, d2 = 0, w2 = 0;                                                          \
+        _Pragma("omp simd reduction(+ : g2, d2, w2)")                                      \
+        for (int64_t k = i; k < i + n; k++) {                                              \
+            T w = weights[k], g = grads[k], b = before[k];                                 \
+            T d = w - b;                                                                   \
+            g2 += g * g;                                                                   \
+            d2 += d * d;                                                                   \
+            w2 += b * b;                                                                   \
+            before[k] = w;                                                                 \
+        }                                                                                  \
+        int32_t count = 0;                                                                 \
+        for (int64_t k = i; k < i + n; k += 8) {                                           \
+            unsigned bits = 0;                                                             \
+            for (int e = 0; e < 8; e++) {                                                  \
+                unsigned nz = grads[k + e] != 0;                                           \
+                bits |= nz << e;                                                           \
+                count += (int32_t)nz;                                                      \
+            }                                                                              \
+            seen[k >> 3] |= (uint8_t)bits;                                                 \
+        }                                                                                  \
+        s->gg += g2;                                                                       \
+        s->dd += d2;                                                                       \
+        s->ww += w2;                                                                       \
+        s->nonzero += count;                                                               \
+    }
+
+typedef void (*body_float_fn)(const float *, const float *, float *, uint8_t *, int64_t,
+                              int64_t, Sums *);
+
+EDGE(edge_float, float)
+EDGE(edge_double, double)
+PORTABLE_BODY(body_float_portable, float)
+PORTABLE_BODY(body_double_portable, double)
+
+#ifdef HAVE_X86_BODIES
+__attribute__((target("avx2,fma"))) static double sum8(__m256 v)
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+/* Two 8-wide vectors per 16 weights, each sum split over two accumulators so
+ * that the additions do not wait on each other. */
+__attribute__((target("avx2,fma"))) static void body_float_avx2(const float *w, const float *g,
+                                                                float *b, uint8_t *seen,
+                                                                int64_t i, int64_t n, Sums *s)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 g2a = zero, g2b = zero, d2a = zero, d2b = zero, w2a = zero, w2b = zero;
+    int count = 0;
+    for (int64_t k = i; k < i + n; k += 16) {
+        __m256 wa = _mm256_loadu_ps(w + k), wb = _mm256_loadu_ps(w + k + 8);
+        __m256 ga = _mm256_loadu_ps(g + k), gb = _mm256_loadu_ps(g + k + 8);
+        __m256 ba = _mm256_loadu_ps(b + k), bb = _mm256_loadu_ps(b + k + 8);
+        __m256 da = _mm256_sub_ps(wa, ba), db = _mm256_sub_ps(wb, bb);
+        g2a = _mm256_fmadd_ps(ga, ga, g2a);
+        g2b = _mm256_fmadd_ps(gb, gb, g2b);
+        d2a = _mm256_fmadd_ps(da, da, d2a);
+        d2b = _mm256_fmadd_ps(db, db, d2b);
+        w2a = _mm256_fmadd_ps(ba, ba, w2a);
+        w2b = _mm256_fmadd_ps(bb, bb, w2b);
+        _mm256_storeu_ps(b + k, wa);
+        _mm256_storeu_ps(b + k + 8, wb);
+        int ma = _mm256_movemask_ps(_mm256_cmp_ps(ga, zero, _CMP_NEQ_UQ)); /* NaN: nonzero */
+        int mb = _mm256_movemask_ps(_mm256_cmp_ps(gb, zero, _CMP_NEQ_UQ));
+        seen[k >> 3] |= (uint8_t)ma;
+        seen[(k >> 3) + 1] |= (uint8_t)mb;
+        count += __builtin_popcount((unsigned)ma) + __builtin_popcount((unsigned)mb);
+    }
+    s->gg += sum8(_mm256_add_ps(g2a, g2b));
+    s->dd += sum8(_mm256_add_ps(d2a, d2b));
+    s->ww += sum8(_mm256_add_ps(w2a, w2b));
+    s->nonzero += count;
+}
+
+/* One 16-wide vector per 16 weights, alternating between two accumulators. */
+__attribute__((target("avx512f"))) static void body_float_avx512(const float *w, const float *g,
+                                                                 float *b, uint8_t *seen,
+                                                                 int64_t i, int64_t n, Sums *s)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 g2[2] = {zero, zero}, d2[2] = {zero, zero}, w2[2] = {zero, zero};
+    int count = 0;
+    for (int64_t k = i, a = 0; k < i + n; k += 16, a ^= 1) {
+        __m512 vw = _mm512_loadu_ps(w + k), vg = _mm512_loadu_ps(g + k);
+        __m512 vb = _mm512_loadu_ps(b + k);
+        __m512 d = _mm512_sub_ps(vw, vb);
+        g2[a] = _mm512_fmadd_ps(vg, vg, g2[a]);
+        d2[a] = _mm512_fmadd_ps(d, d, d2[a]);
+        w2[a] = _mm512_fmadd_ps(vb, vb, w2[a]);
+        _mm512_storeu_ps(b + k, vw);
+        unsigned m = _mm512_cmp_ps_mask(vg, zero, _CMP_NEQ_UQ); /* NaN: nonzero */
+        seen[k >> 3] |= (uint8_t)m;
+        seen[(k >> 3) + 1] |= (uint8_t)(m >> 8);
+        count += __builtin_popcount(m);
+    }
+    s->gg += _mm512_reduce_add_ps(_mm512_add_ps(g2[0], g2[1]));
+    s->dd += _mm512_reduce_add_ps(_mm512_add_ps(d2[0], d2[1]));
+    s->ww += _mm512_reduce_add_ps(_mm512_add_ps(w2[0], w2[1]));
+    s->nonzero += count;
+}
+#endif
+
+/* The float body in use, and its name (see use() below). */
+static body_float_fn body_float = body_float_portable;
+static const char *body_float_name = "portable";
+
+/* Per layer: its edges one by one, the rest in SIMD blocks. */
+#define STEP_KERNEL(NAME, T, EDGE_FN, BODY)                                                \
+    static void NAME(const T *weights, const T *grads, T *before, uint8_t *seen,           \
                      double *out, const int64_t *bounds, Py_ssize_t layers)                \
     {                                                                                      \
         double nonzero = 0;                                                                \
         for (Py_ssize_t j = 0; j < layers; j++) {                                          \
-            double gg = 0, dd = 0, ww = 0;                                                 \
-            for (int64_t start = bounds[j]; start < bounds[j + 1]; start += BLOCK) {       \
-                int64_t end = start + BLOCK < bounds[j + 1] ? start + BLOCK : bounds[j + 1]; \
-                T g2 = 0, d2 = 0, w2 = 0;                                                  \
-                int32_t count = 0;                                                         \
-                _Pragma("omp simd reduction(+ : g2, d2, w2, count)")                       \
-                for (int64_t i = start; i < end; i++) {                                    \
-                    T w = weights[i], g = grads[i], b = before[i];                         \
-                    T d = w - b;                                                           \
-                    g2 += g * g;                                                           \
-                    d2 += d * d;                                                           \
-                    w2 += b * b;                                                           \
-                    count += g != 0; /* NaN is nonzero */                                  \
-                    before[i] = w;                                                         \
-                }                                                                          \
-                gg += g2;                                                                  \
-                dd += d2;                                                                  \
-                ww += w2;                                                                  \
-                nonzero += count;                                                          \
-                if (count)                                                                 \
-                    for (int64_t i = start; i < end; i++)                                  \
-                        seen[i] |= grads[i] != 0;                                          \
+            Sums s = {0, 0, 0, 0};                                                         \
+            int64_t i = bounds[j], end = bounds[j + 1];                                    \
+            int64_t aligned = (i + 7) & ~(int64_t)7;                                       \
+            if (aligned > end)                                                             \
+                aligned = end;                                                             \
+            EDGE_FN(weights, grads, before, seen, i, aligned, &s);                         \
+            for (i = aligned; end - i >= 16;) {                                            \
+                int64_t n = (end - i) & ~(int64_t)15;                                      \
+                if (n > BLOCK)                                                             \
+                    n = BLOCK;                                                             \
+                BODY(weights, grads, before, seen, i, n, &s);                              \
+                i += n;                                                                    \
             }                                                                              \
-            out[1 + j] = sqrt(gg);                                                         \
-            out[1 + layers + j] = sqrt(dd);                                                \
-            out[1 + 2 * layers + j] = sqrt(ww);                                            \
+            EDGE_FN(weights, grads, before, seen, i, end, &s);                             \
+            out[1 + j] = sqrt(s.gg);                                                       \
+            out[1 + layers + j] = sqrt(s.dd);                                              \
+            out[1 + 2 * layers + j] = sqrt(s.ww);                                          \
+            nonzero += s.nonzero;                                                          \
         }                                                                                  \
         out[0] = nonzero;                                                                  \
     }
 
-STEP_KERNEL(record_float, float)
-STEP_KERNEL(record_double, double)
+STEP_KERNEL(record_float, float, edge_float, body_float)
+STEP_KERNEL(record_double, double, edge_double, body_double_portable)
 
 #define INACTIVE_KERNEL(NAME, T)                                                           \
     static Py_ssize_t NAME(const T *x, Py_ssize_t rows, Py_ssize_t units)                  \
@@ -176,11 +311,73 @@ static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* The float bodies this build and processor can run, fastest last. */
+static int body_available(const char *name, body_float_fn *fn)
+{
+    if (strcmp(name, "portable") == 0) {
+        *fn = body_float_portable;
+        return 1;
+    }
+#ifdef HAVE_X86_BODIES
+    __builtin_cpu_init();
+    if (strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma")) {
+        *fn = body_float_avx2;
+        return 1;
+    }
+    if (strcmp(name, "avx512") == 0 && __builtin_cpu_supports("avx512f")) {
+        *fn = body_float_avx512;
+        return 1;
+    }
+#endif
+    return 0;
+}
+
+static const char *const body_names[] = {"portable", "avx2", "avx512"};
+
+/* bodies(): the names of the float bodies available here, fastest last. */
+static PyObject *bodies(PyObject *self, PyObject *unused)
+{
+    PyObject *names = PyList_New(0);
+    body_float_fn fn;
+    for (size_t k = 0; names != NULL && k < sizeof body_names / sizeof *body_names; k++) {
+        if (body_available(body_names[k], &fn)) {
+            PyObject *name = PyUnicode_FromString(body_names[k]);
+            if (name == NULL || PyList_Append(names, name) < 0)
+                Py_CLEAR(names);
+            Py_XDECREF(name);
+        }
+    }
+    return names;
+}
+
+/* use(name): run record() on that float body (for tests); returns the
+ * previous one's name. */
+static PyObject *use(PyObject *self, PyObject *arg)
+{
+    const char *name = PyUnicode_AsUTF8(arg);
+    body_float_fn fn;
+    if (name == NULL)
+        return NULL;
+    if (!body_available(name, &fn)) {
+        PyErr_Format(PyExc_ValueError, "use(%R): not a float body available here", arg);
+        return NULL;
+    }
+    PyObject *previous = PyUnicode_FromString(body_float_name);
+    for (size_t k = 0; k < sizeof body_names / sizeof *body_names; k++)
+        if (strcmp(body_names[k], name) == 0)
+            body_float_name = body_names[k];
+    body_float = fn;
+    return previous;
+}
+
 static PyMethodDef methods[] = {
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
      "record(weights, grads, before, seen, out, bounds, layers, wide): one step's statistics."},
     {"inactive", (PyCFunction)(void (*)(void))inactive, METH_FASTCALL,
      "inactive(address, shape, wide): units (last dimension) of an array never > 0."},
+    {"bodies", bodies, METH_NOARGS, "bodies(): the float bodies available here, fastest last."},
+    {"use", use, METH_O, "use(name): record() runs on that float body; returns the previous."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -189,4 +386,10 @@ static struct PyModuleDef module = {
     "One training step's statistics in one pass (see faultbench.monitor).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__stepstats(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__stepstats(void)
+{
+    for (size_t k = 0; k < sizeof body_names / sizeof *body_names; k++) /* the fastest */
+        if (body_available(body_names[k], &body_float))
+            body_float_name = body_names[k];
+    return PyModule_Create(&module);
+}

@@ -438,7 +438,11 @@ class _StepStats:
 
     def never_got_gradient(self) -> list[int]:
         """Per layer: weights whose gradient was exactly 0 at every step."""
-        return [int(n) for n in self.per_layer((~self.seen).astype(np.int64))]
+        return [int(n) for n in self.per_layer((~self.ever_seen()).astype(np.int64))]
+
+    def ever_seen(self) -> np.ndarray:
+        """Per weight: whether its gradient was ever nonzero."""
+        return self.seen
 
 
 class _KernelStats(_StepStats):
@@ -466,8 +470,10 @@ class _KernelStats(_StepStats):
         self.bound_array = np.array([0, *np.cumsum(self.layer_sizes)], dtype=np.int64)
         self.scratch = torch.zeros(2, self.size, dtype=self.dtype)  # weights, gradients
         self.grad_offset = self.size * self.scratch.element_size()  # bytes from weights to grads
+        # A bit per weight (bit i % 8 of byte i // 8), and a byte to spare.
+        self.seen_bits = np.zeros(self.size // 8 + 2, dtype=np.uint8)
         # The kernel's arguments that never change: before, seen; then bounds, layers, wide.
-        self.fixed = (self.last.ctypes.data, self.seen.ctypes.data)
+        self.fixed = (self.last.ctypes.data, self.seen_bits.ctypes.data)
         self.tail = (self.bound_array.ctypes.data, n, self.dtype == torch.float64)
         self._scratch_views: list[torch.Tensor] = []
 
@@ -493,6 +499,9 @@ class _KernelStats(_StepStats):
     def reduce(self) -> np.ndarray:
         steps, self.filled = self.filled, 0
         return self.rows[:steps].copy()
+
+    def ever_seen(self) -> np.ndarray:
+        return np.unpackbits(self.seen_bits, bitorder="little")[: self.size].astype(bool)
 
 
 class _ChunkedStats(_StepStats):

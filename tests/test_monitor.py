@@ -190,11 +190,31 @@ def _without_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(monitor_module, "_count_inactive", None)
 
 
+def _stepstats_bodies() -> list[str]:
+    from faultbench import _stepstats
+
+    return _stepstats.bodies()
+
+
+# The kernel's float bodies this build and processor can run (portable, AVX2, AVX-512).
+BODIES = [] if monitor_module._kernel is None else _stepstats_bodies()
+
+
+@pytest.fixture(params=BODIES)
+def body(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test on one of the kernel's float bodies, then restore the default."""
+    from faultbench import _stepstats
+
+    previous = _stepstats.use(request.param)
+    yield request.param
+    _stepstats.use(previous)
+
+
 @pytest.mark.skipif(monitor_module._kernel is None, reason="built without a C compiler")
 @pytest.mark.parametrize("task", ["digits", "shapes", "language"])  # mlp, cnn, gru
 @pytest.mark.parametrize("fault", ["", "missing_zero_grad", "frozen_layer", "dead_units"])
 def test_the_kernel_records_what_the_numpy_path_records(
-    task: str, fault: str, monkeypatch: pytest.MonkeyPatch
+    task: str, fault: str, body: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast = _run(task, fault, pack=True)
     assert isinstance(fast._work, _KernelStats)
@@ -202,7 +222,48 @@ def test_the_kernel_records_what_the_numpy_path_records(
         _without_kernel(patch)
         slow = _run(task, fault, pack=True)
     assert isinstance(slow._work, _ChunkedStats)
-    a, b = fast.trace(), slow.trace()
+    _assert_close(fast.trace(), slow.trace())
+
+
+@pytest.mark.skipif(monitor_module._kernel is None, reason="built without a C compiler")
+def test_layers_that_start_off_the_simd_grid_are_recorded_whole(
+    body: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 18, 1204 and 2114 weights: the second and third layers start mid-byte of
+    # the seen bits, and run over several blocks of 256 with ragged ends.
+    def run() -> Trace:
+        torch.manual_seed(0)
+        model = nn.Sequential(
+            nn.Linear(5, 3), nn.ReLU(), nn.Linear(3, 301), nn.ReLU(), nn.Linear(301, 7)
+        )
+        with torch.no_grad():
+            model[2].weight[:, 1] = 0.0  # a dead input: some weights never get a gradient
+        pack_layers(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        monitor = Monitor(model, optimizer)
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(40):
+            x = torch.randn(16, 5, generator=generator)
+            x[:, 1] = -1.0
+            y = torch.randint(0, 7, (16,), generator=generator)
+            loss = F.cross_entropy(model(x), y)
+            model.zero_grad(set_to_none=False)
+            loss.backward()
+            optimizer.step()
+            monitor.step(loss)
+        monitor.close()
+        return monitor.trace()
+
+    fast = run()
+    with monkeypatch.context() as patch:
+        _without_kernel(patch)
+        slow = run()
+    assert sum(slow.no_grad_weights.values()) > 0  # so the seen bits are put to the test
+    _assert_close(fast, slow)
+
+
+def _assert_close(a: Trace, b: Trace) -> None:
+    """Norms to within float rounding; counts, shares and losses exactly."""
     for name in a.__dataclass_fields__:
         if name in TIMED:
             continue
