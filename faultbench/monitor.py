@@ -84,11 +84,10 @@ class Monitor:
         self._losses: list[float | torch.Tensor] = []  # this chunk's (device ones as tensors)
         # This chunk's ReLU outputs (training forwards): their inactive share, or
         # the output itself where the kernel cannot read it (reduced per chunk).
-        self._acts: list[float | torch.Tensor] = []
+        self._acts = _Sink()
         self._act_calls: list[int] = []  # this chunk: training forwards per step
         self._acts_counted = 0  # outputs in _acts already assigned to a step
-        self._acts_checked = 0  # outputs in _acts already checked for kept tensors
-        self._holding = False  # whether this chunk keeps tensors (then it is reduced sooner)
+        self._holding = False  # whether this chunk keeps a loss tensor
         self._done: list[np.ndarray] = []  # reduced chunks: loss, inactive share, then stats
         self._wait: list[float] = []
         self._compute: list[float] = []
@@ -139,11 +138,7 @@ class Monitor:
     def _keeps_tensors(self) -> bool:
         """Whether this chunk keeps tensors, which are reduced every ``CHUNK_STEPS``
         steps to bound memory; floats wait until the kernel's rows are full."""
-        if not self._holding:
-            fresh = self._acts[self._acts_checked :]
-            self._holding = any(isinstance(a, torch.Tensor) for a in fresh)
-            self._acts_checked = len(self._acts)
-        return self._holding
+        return self._holding or self._acts.kept > 0
 
     def log_eval(
         self,
@@ -168,9 +163,10 @@ class Monitor:
         steps = len(self._act_calls)
         if not steps:
             return
-        losses = _loss_values(self._losses)
+        losses = _loss_values(self._losses) if self._holding else np.array(self._losses)
         used = self._acts_counted
-        shares = _inactive_shares(self._acts[:used])
+        acts = self._acts[:used]
+        shares = _inactive_shares(acts) if self._acts.kept else np.array(acts, dtype=np.float64)
         if self._act_calls.count(1) == steps:  # the usual loop: one forward per step
             inactive = shares
         else:  # average the outputs of each step's forwards
@@ -180,8 +176,9 @@ class Monitor:
             inactive = np.divide(sums, calls, out=np.zeros(steps), where=calls > 0)
         self._done.append(np.column_stack([losses, inactive, self._work.reduce()]))
         del self._acts[:used]  # in place: the taps hold this list
+        self._acts.kept = sum(a.__class__ is not float for a in self._acts)  # usually none left
         self._losses, self._act_calls = [], []
-        self._acts_counted = self._acts_checked = 0
+        self._acts_counted = 0
         self._holding = False
 
     def _first_batch(self, batch: Any) -> None:
@@ -282,6 +279,13 @@ class Monitor:
         self._hooks = []
 
 
+class _Sink(list[float | torch.Tensor]):
+    """ReLU outputs of a chunk as the taps leave them: their inactive share, or
+    the output itself where the kernel cannot read it (``kept`` counts those)."""
+
+    kept = 0
+
+
 class _ActivationTap:
     """Notes the inactive share of a module's outputs in training forwards, by
     wrapping its ``forward``.
@@ -295,7 +299,7 @@ class _ActivationTap:
     needs it.
     """
 
-    def __init__(self, module: nn.Module, sink: list[float | torch.Tensor]) -> None:
+    def __init__(self, module: nn.Module, sink: _Sink) -> None:
         self.module = module
         self.sink = sink
         self.own = module.__dict__.get("forward")  # an instance forward it replaces, if any
@@ -303,7 +307,7 @@ class _ActivationTap:
 
     @classmethod
     def on(
-        cls, module: nn.Module, sink: list[float | torch.Tensor]
+        cls, module: nn.Module, sink: _Sink
     ) -> _ActivationTap | torch.utils.hooks.RemovableHandle:
         tap = cls(module, sink)
         try:
@@ -318,6 +322,8 @@ class _ActivationTap:
             share = _inactive_now(out)
             if share is not None:
                 self.sink.append(share)
+                if share.__class__ is not float:
+                    self.sink.kept += 1
         return out
 
     def keep(self, out: Any) -> None:
@@ -325,6 +331,8 @@ class _ActivationTap:
             share = _inactive_now(out)
             if share is not None:
                 self.sink.append(share)
+                if share.__class__ is not float:
+                    self.sink.kept += 1
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         # A copy of a monitored model is not monitored: it gets the forward
