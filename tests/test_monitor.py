@@ -173,6 +173,29 @@ def test_a_copy_of_a_monitored_model_is_not_monitored(clone) -> None:  # type: i
     assert other[1].forward.__self__ is other[1]
 
 
+class _Doubling(nn.ReLU):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return super().forward(input) * 2
+
+
+@pytest.mark.parametrize(
+    "relu", [nn.ReLU(), nn.ReLU(inplace=True), _Doubling()], ids=["plain", "inplace", "subclass"]
+)
+def test_a_watched_relu_computes_what_it_computed(relu: nn.ReLU) -> None:
+    # A plain ReLU's tap calls torch.relu itself; the others go through their forward.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), relu, nn.Linear(8, 3))
+    x = torch.randn(16, 4)
+    before = model(x.clone())
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert isinstance(relu.forward, monitor_module._ReluTap) == (type(relu) is nn.ReLU)
+    torch.testing.assert_close(model(x.clone()), before, rtol=0, atol=0)
+    hidden = relu(model[0](x))  # watched as well: counted
+    expected = float((hidden <= 0).all(dim=0).float().mean())
+    assert monitor._acts[-1] == pytest.approx(expected)
+    monitor.close()
+
+
 def test_a_loss_must_have_one_element() -> None:
     model, monitor = _small()
     out = model(torch.randn(5, 4))
