@@ -85,10 +85,13 @@ def _evaluate_snapshots(
 
     The same numbers as evaluating at those steps (same weights, same data,
     same operations), but an evaluation in the middle of training pushes the
-    training step's data and code out of the caches, and the steps after it
-    ran slower for as long again as the evaluation itself took. The last
-    snapshot is the final weights, so the model ends as training left it.
+    training step's data and code out of the caches, so the steps after it
+    run slower (on digits, for about as long again as the evaluation itself
+    took). The last snapshot is the final weights, so the model ends as
+    training left it.
     """
+    if not snapshots:
+        return
     model.eval()  # once for all of them
     with torch.inference_mode():
         for step, saved in snapshots:

@@ -314,21 +314,20 @@ class _ActivationTap:
         try:
             module.forward = tap  # type: ignore[method-assign]
         except (AttributeError, RuntimeError):  # a module that refuses (scripted): hook it
-            return module.register_forward_hook(lambda _m, _i, out: tap.keep(out))
+            return module.register_forward_hook(
+                lambda m, _i, out: tap.keep(out) if m.training else None
+            )
         return tap
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = self.inner(*args, **kwargs)
-        if self.module.training and isinstance(out, torch.Tensor):  # keep(), inlined
-            share = _inactive_now(out)
-            if share is not None:
-                self.sink.append(share)
-                if share.__class__ is not float:
-                    self.sink.kept += 1
+        if self.module.training:
+            self.keep(out)
         return out
 
     def keep(self, out: Any) -> None:
-        if self.module.training and isinstance(out, torch.Tensor):
+        """Note the output of one training forward."""
+        if isinstance(out, torch.Tensor):
             share = _inactive_now(out)
             if share is not None:
                 self.sink.append(share)
@@ -361,12 +360,8 @@ class _ReluTap(_ActivationTap):
             out = torch.relu(input)
         else:
             out = self.inner(input)
-        if self.module.training:  # keep(), inlined
-            share = _inactive_now(out)
-            if share is not None:
-                self.sink.append(share)
-                if share.__class__ is not float:
-                    self.sink.kept += 1
+        if self.module.training:
+            self.keep(out)
         return out
 
 
@@ -403,7 +398,6 @@ class _StepStats:
         self._packed_at = 0  # its address
         numpy_dtype = np.float64 if wide else np.float32
         self.last = self.current(flat).astype(numpy_dtype)  # weights before the next step
-        self.seen = np.zeros(self.size, dtype=bool)  # weights that ever got a gradient
         self.filled = 0  # steps recorded and not yet reduced
 
     def record(self, params: Sequence[torch.Tensor]) -> bool:
@@ -470,7 +464,7 @@ class _StepStats:
 
     def ever_seen(self) -> np.ndarray:
         """Per weight: whether its gradient was ever nonzero."""
-        return self.seen
+        raise NotImplementedError
 
 
 class _KernelStats(_StepStats):
@@ -479,7 +473,7 @@ class _KernelStats(_StepStats):
     The kernel reads the weights and gradients where they lie when
     :func:`pack_layers` put them end to end (nothing is copied), and from a
     copy in a scratch buffer otherwise. It also keeps ``last`` (the weights
-    before the next step) and ``seen`` up to date.
+    before the next step) and ``seen_bits`` up to date.
     """
 
     def __init__(
@@ -506,11 +500,8 @@ class _KernelStats(_StepStats):
         self._scratch_views: list[torch.Tensor] = []
 
     def record(self, params: Sequence[torch.Tensor]) -> bool:
-        uses = _storage_uses
-        if self._quick_checks and uses is not None and uses(self._storage) == self._uses:
-            self._quick_checks -= 1  # _tensors' usual step, inlined: this runs every step
-            weights = self._packed_at
-        elif (tensors := self._tensors(params)) is None:
+        tensors = self._tensors(params)
+        if tensors is None:
             weights = self._packed_at
         else:
             if not self._scratch_views:
@@ -542,6 +533,7 @@ class _ChunkedStats(_StepStats):
 
     def __init__(self, layers: Sequence[Sequence[torch.Tensor]]) -> None:
         super().__init__(layers)
+        self.seen = np.zeros(self.size, dtype=bool)  # weights that ever got a gradient
         row_bytes = 2 * max(1, self.size) * self.dtype.itemsize
         self.chunk = int(min(CHUNK_STEPS, max(1, CHUNK_BYTES // row_bytes)))
         self.tensor = torch.zeros(self.chunk, 2, self.size, dtype=self.dtype)
@@ -602,6 +594,9 @@ class _ChunkedStats(_StepStats):
         for j, (a, b) in enumerate(self.bounds):
             out[:, 1 + n + j] = torch.linalg.vector_norm(rows[:, GRAD, a:b], dim=1).numpy()
         return out
+
+    def ever_seen(self) -> np.ndarray:
+        return self.seen
 
     def _norms(self, flat: torch.Tensor) -> np.ndarray:
         return np.array([float(torch.linalg.vector_norm(flat[a:b])) for a, b in self.bounds])
