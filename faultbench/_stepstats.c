@@ -63,30 +63,32 @@ typedef struct {
     }
 
 /* A block of n weights from i, with i a multiple of 8 and n a multiple of
- * 16 (so each 8 weights own one byte of `seen`), n <= BLOCK. */
+ * 16 (so each 8 weights own one byte of `seen`), n <= BLOCK. The flags go
+ * through a byte array so that the main loop vectorizes; eight of them then
+ * become one byte of bits with one multiplication. */
 #define PORTABLE_BODY(NAME, T)                                                             \
     static void NAME(const T *weights, const T *grads, T *before, uint8_t *seen,           \
                      int64_t i, int64_t n, Sums *s)                                        \
     {                                                                                      \
         T g2 = 0, d2 = 0, w2 = 0;                                                          \
-        _Pragma("omp simd reduction(+ : g2, d2, w2)")                                      \
-        for (int64_t k = i; k < i + n; k++) {                                              \
-            T w = weights[k], g = grads[k], b = before[k];                                 \
+        int32_t count = 0;                                                                 \
+        uint8_t nonzero[BLOCK];                                                            \
+        _Pragma("omp simd reduction(+ : g2, d2, w2, count)")                               \
+        for (int64_t k = 0; k < n; k++) {                                                  \
+            T w = weights[i + k], g = grads[i + k], b = before[i + k];                     \
             T d = w - b;                                                                   \
             g2 += g * g;                                                                   \
             d2 += d * d;                                                                   \
             w2 += b * b;                                                                   \
-            before[k] = w;                                                                 \
+            nonzero[k] = g != 0;                                                           \
+            count += g != 0;                                                               \
+            before[i + k] = w;                                                             \
         }                                                                                  \
-        int32_t count = 0;                                                                 \
-        for (int64_t k = i; k < i + n; k += 8) {                                           \
-            unsigned bits = 0;                                                             \
-            for (int e = 0; e < 8; e++) {                                                  \
-                unsigned nz = grads[k + e] != 0;                                           \
-                bits |= nz << e;                                                           \
-                count += (int32_t)nz;                                                      \
-            }                                                                              \
-            seen[k >> 3] |= (uint8_t)bits;                                                 \
+        for (int64_t k = 0; k < n; k += 8) {                                               \
+            uint64_t flags = 0; /* byte e holds flag e, whatever the machine's order */    \
+            for (int e = 0; e < 8; e++)                                                    \
+                flags |= (uint64_t)nonzero[k + e] << (8 * e);                              \
+            seen[(i + k) >> 3] |= (uint8_t)((flags * 0x0102040810204080ULL) >> 56);        \
         }                                                                                  \
         s->gg += g2;                                                                       \
         s->dd += d2;                                                                       \
