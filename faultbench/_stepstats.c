@@ -175,9 +175,38 @@ __attribute__((target("avx512f"))) static void body_float_avx512(const float *w,
 }
 #endif
 
-/* The float body in use, and its name (see use() below). */
-static body_float_fn body_float = body_float_portable;
-static const char *body_float_name = "portable";
+/* The float bodies, fastest last, and whether this processor runs each. */
+typedef struct {
+    const char *name;
+    body_float_fn fn;
+    int (*runs_here)(void);
+} Body;
+
+static int always(void) { return 1; }
+#ifdef HAVE_X86_BODIES
+static int has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+static int has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+#endif
+
+static const Body bodies_built[] = {
+    {"portable", body_float_portable, always},
+#ifdef HAVE_X86_BODIES
+    {"avx2", body_float_avx2, has_avx2},
+    {"avx512", body_float_avx512, has_avx512},
+#endif
+};
+#define BODIES_BUILT (sizeof bodies_built / sizeof *bodies_built)
+
+/* The float body in use (see use() below). */
+static const Body *body = &bodies_built[0];
 
 /* Per layer: its edges one by one, the rest in SIMD blocks. */
 #define STEP_KERNEL(NAME, T, EDGE_FN, BODY)                                                \
@@ -208,7 +237,7 @@ static const char *body_float_name = "portable";
         out[0] = nonzero;                                                                  \
     }
 
-STEP_KERNEL(record_float, float, edge_float, body_float)
+STEP_KERNEL(record_float, float, edge_float, body->fn)
 STEP_KERNEL(record_double, double, edge_double, body_double_portable)
 
 #define INACTIVE_KERNEL(NAME, T)                                                           \
@@ -313,38 +342,13 @@ static PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* The float bodies this build and processor can run, fastest last. */
-static int body_available(const char *name, body_float_fn *fn)
-{
-    if (strcmp(name, "portable") == 0) {
-        *fn = body_float_portable;
-        return 1;
-    }
-#ifdef HAVE_X86_BODIES
-    __builtin_cpu_init();
-    if (strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma")) {
-        *fn = body_float_avx2;
-        return 1;
-    }
-    if (strcmp(name, "avx512") == 0 && __builtin_cpu_supports("avx512f")) {
-        *fn = body_float_avx512;
-        return 1;
-    }
-#endif
-    return 0;
-}
-
-static const char *const body_names[] = {"portable", "avx2", "avx512"};
-
-/* bodies(): the names of the float bodies available here, fastest last. */
+/* bodies(): the names of the float bodies this build and processor run, fastest last. */
 static PyObject *bodies(PyObject *self, PyObject *unused)
 {
     PyObject *names = PyList_New(0);
-    body_float_fn fn;
-    for (size_t k = 0; names != NULL && k < sizeof body_names / sizeof *body_names; k++) {
-        if (body_available(body_names[k], &fn)) {
-            PyObject *name = PyUnicode_FromString(body_names[k]);
+    for (size_t k = 0; names != NULL && k < BODIES_BUILT; k++) {
+        if (bodies_built[k].runs_here()) {
+            PyObject *name = PyUnicode_FromString(bodies_built[k].name);
             if (name == NULL || PyList_Append(names, name) < 0)
                 Py_CLEAR(names);
             Py_XDECREF(name);
@@ -358,19 +362,18 @@ static PyObject *bodies(PyObject *self, PyObject *unused)
 static PyObject *use(PyObject *self, PyObject *arg)
 {
     const char *name = PyUnicode_AsUTF8(arg);
-    body_float_fn fn;
     if (name == NULL)
         return NULL;
-    if (!body_available(name, &fn)) {
-        PyErr_Format(PyExc_ValueError, "use(%R): not a float body available here", arg);
-        return NULL;
+    for (size_t k = 0; k < BODIES_BUILT; k++) {
+        if (strcmp(bodies_built[k].name, name) == 0 && bodies_built[k].runs_here()) {
+            PyObject *previous = PyUnicode_FromString(body->name);
+            if (previous != NULL)
+                body = &bodies_built[k];
+            return previous;
+        }
     }
-    PyObject *previous = PyUnicode_FromString(body_float_name);
-    for (size_t k = 0; k < sizeof body_names / sizeof *body_names; k++)
-        if (strcmp(body_names[k], name) == 0)
-            body_float_name = body_names[k];
-    body_float = fn;
-    return previous;
+    PyErr_Format(PyExc_ValueError, "use(%R): not a float body available here", arg);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -390,8 +393,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__stepstats(void)
 {
-    for (size_t k = 0; k < sizeof body_names / sizeof *body_names; k++) /* the fastest */
-        if (body_available(body_names[k], &body_float))
-            body_float_name = body_names[k];
+    for (size_t k = 0; k < BODIES_BUILT; k++) /* the fastest this processor runs */
+        if (bodies_built[k].runs_here())
+            body = &bodies_built[k];
     return PyModule_Create(&module);
 }
