@@ -13,6 +13,7 @@ reported rather than absolute seconds alone.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import random
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
+from scipy.stats import binom
 
 from faultbench.engine import LocalEngine
 from faultbench.faults import base_setup, canonical_conditions
@@ -72,7 +74,7 @@ class BenchConfig:
     @classmethod
     def preset(cls, quick: bool) -> BenchConfig:
         """The full benchmark, or a quick one that only shows every figure."""
-        return cls(pairs=3, parallel_runs=4, seeds=1) if quick else cls(25, 32, 5)
+        return cls(pairs=3, parallel_runs=4, seeds=1) if quick else cls(50, 32, 5)
 
 
 def machine() -> str:
@@ -122,19 +124,32 @@ def overhead(pairs: int, task: str = "digits", seed: int = 0) -> Figure:
         return statistics.median(a / b for a, b in zip(times[over], times[under]))
 
     value = ratio(cpu, "instrumented")
+    low, high = median_interval([a / b for a, b in zip(cpu["instrumented"], cpu["bare"])])
     return Figure(
         "1. instrumented / bare loop, time per step",
         value,
         "x",
         "<= 1.10",
         value <= 1.10,
-        f"median of {pairs} interleaved rounds, {task} healthy seed {seed}, {setup.steps} steps "
+        f"median of {pairs} interleaved rounds (95% interval {low:.3f}-{high:.3f}), {task} "
+        f"healthy seed {seed}, {setup.steps} steps "
         f"with {EVALUATIONS} evaluations, thread CPU time; wall clock "
         f"{ratio(wall, 'instrumented'):.3f}; fastest runs "
         f"{min(cpu['instrumented']) / min(cpu['bare']):.3f}; recording alone (against a bare "
         f"loop that evaluates as often) {ratio(cpu, 'instrumented', 'evaluating'):.3f}, "
         f"evaluations alone {ratio(cpu, 'evaluating'):.3f}",
     )
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median of ``values``: the order
+    statistics whose ranks a Binomial(n, 1/2) count puts on either side of it."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return math.nan, math.nan
+    k = max(0, int(binom.ppf((1 - confidence) / 2, n, 0.5)) - 1)  # 0-based lower rank
+    return ordered[k], ordered[n - 1 - k]
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:

@@ -7,8 +7,10 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+from faultbench.bench import median_interval
 from faultbench.diagnosis import diagnoser_names
 
 NUMBER = r"-?\d+\.\d+"
@@ -71,6 +73,34 @@ def test_bench_warm_rescoring_trained_nothing(bench_output: str) -> None:
 def test_bench_prices_recording_and_evaluations_apart(bench_output: str) -> None:
     line = figure(bench_output, "1")
     assert re.search(rf"recording alone \(.*\) {NUMBER}, evaluations alone {NUMBER}", line), line
+
+
+def test_bench_gives_the_overhead_median_an_interval(bench_output: str) -> None:
+    line = figure(bench_output, "1")
+    found = re.search(rf"^1\. [^:]*: ({NUMBER})x.*95% interval ({NUMBER})-({NUMBER})", line)
+    assert found, line
+    value, low, high = map(float, found.groups())
+    assert low <= value <= high, line
+
+
+@pytest.mark.parametrize("n", [25, 50])
+def test_median_interval_takes_the_binomial_order_statistics(n: int) -> None:
+    # Ranks 8 and 18 (of 25) and 18 and 33 (of 50), 1-based: the narrowest
+    # symmetric pair with P(Binomial(n, 1/2) < rank) <= 2.5% each side.
+    expected = {25: (7, 17), 50: (17, 32)}[n]
+    assert median_interval([float(v) for v in reversed(range(n))]) == expected
+
+
+def test_median_interval_covers_the_median_about_95_percent_of_the_time() -> None:
+    rng = np.random.default_rng(0)
+    samples = rng.standard_normal((2000, 50))  # true median 0
+    covered = [low <= 0 <= high for low, high in map(median_interval, samples.tolist())]
+    assert 0.95 <= np.mean(covered) <= 0.985  # exact coverage 96.7% for n = 50
+
+
+def test_median_interval_of_few_values_is_their_range() -> None:
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert median_interval([2.0]) == (2.0, 2.0)
 
 
 def test_overhead_parts_script_prints_each_part() -> None:
