@@ -120,11 +120,15 @@ def overhead(pairs: int, task: str = "digits", seed: int = 0) -> Figure:
 
     # Interleaved runs see the same machine state; the median of their ratios
     # is the figure (the ratio of the fastest runs is shown beside it).
-    def ratio(times: dict[str, list[float]], over: str, under: str = "bare") -> float:
-        return statistics.median(a / b for a, b in zip(times[over], times[under]))
+    def rounds(times: dict[str, list[float]], over: str, under: str = "bare") -> list[float]:
+        return [a / b for a, b in zip(times[over], times[under])]
 
-    value = ratio(cpu, "instrumented")
-    low, high = median_interval([a / b for a, b in zip(cpu["instrumented"], cpu["bare"])])
+    def ratio(times: dict[str, list[float]], over: str, under: str = "bare") -> float:
+        return statistics.median(rounds(times, over, under))
+
+    per_round = rounds(cpu, "instrumented")
+    value = statistics.median(per_round)
+    low, high = median_interval(per_round)
     return Figure(
         "1. instrumented / bare loop, time per step",
         value,
