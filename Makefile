@@ -18,10 +18,11 @@ run: $(STAMP)  ## the main job: score the reference rules on the held-out task
 test: $(STAMP)  ## the full test suite
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)  ## ruff (lint + format check) and mypy on the library
+lint: $(STAMP)  ## ruff (lint + format check), mypy and the import contract (.importlinter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) build *.egg-info faultbench/*.so

@@ -24,11 +24,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from faultbench.faults import RunSetup, base_setup
-from faultbench.loop import train
-from faultbench.model import BatchStream, build_model
-from faultbench.monitor import pack_layers, step_stats
-from faultbench.tasks import get_task
+from faultbench.faults.fault import RunSetup, base_setup
+from faultbench.tasks.task import get_task
+from faultbench.training.loop import train
+from faultbench.training.model import BatchStream, build_model
+from faultbench.training.monitor import pack_layers, step_stats
 
 
 def statistics_only(setup: RunSetup) -> None:

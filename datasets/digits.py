@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sklearn.datasets import load_digits
 
-from faultbench.tasks import TASKS, Task
+from faultbench.tasks.task import TASKS, Task
 
 
 @TASKS.register("digits")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from faultbench.datasets.shapes import SHAPES, SIDE, shapes_arrays
-from faultbench.tasks import TASKS, Task, TrainDefaults
+from faultbench.tasks.task import TASKS, Task, TrainDefaults
 
 
 @TASKS.register("shapes")
 def build_shapes() -> Task:
-    """1,500 noisy 12x12 images of five shapes; a CNN with one convolution."""
+    """2,000 noisy 12x12 images of five shapes; a CNN with one convolution."""
     X, y = shapes_arrays()
     names = [SHAPES[i] for i in y]
     return Task.from_arrays(

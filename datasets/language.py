@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from faultbench.tasks import TASKS, Task, TrainDefaults
+from faultbench.tasks.task import TASKS, Task, TrainDefaults
 
 SEED = 31_337  # the generator's seed; part of the task's identity
 CONTEXT = 12  # characters of context per example

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from faultbench.tasks import TASKS, Task
+from faultbench.tasks.task import TASKS, Task
 
 SEED = 20_240_611  # the generator's seed; part of the task's identity
 N_CLASSES = 6

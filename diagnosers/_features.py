@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from faultbench.run import Run
+from faultbench.scoring.run import Run
 
 
 def n_classes(run: Run) -> int:

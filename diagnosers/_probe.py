@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from faultbench.run import Probe
+from faultbench.scoring.run import Probe
 
 EXAMPLES = 16  # few enough that any working model memorizes them
 RATES = (1e-2, 1e-3, 1e-4)  # sane Adam rates; the fastest first, since most runs stop there

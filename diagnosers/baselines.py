@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from faultbench.diagnosis import DIAGNOSERS, Diagnosis
-from faultbench.faults import condition_names
-from faultbench.run import Run
+from faultbench.faults.fault import condition_names
+from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnosis
+from faultbench.scoring.run import Run
 
 
 @DIAGNOSERS.register("always-healthy")
@@ -14,6 +14,7 @@ class AlwaysHealthy:
     """Says every run is healthy: what a tool that finds nothing scores."""
 
     name = "always-healthy"
+    probes = False  # reads the trace alone
     tuned_on: frozenset[str] = frozenset()
 
     def diagnose(self, run: Run) -> Diagnosis:
@@ -29,6 +30,7 @@ class RandomDiagnoser:
     """
 
     name = "random"
+    probes = False  # reads the trace alone
     tuned_on: frozenset[str] = frozenset()
 
     def __init__(self, seed: int = 0) -> None:

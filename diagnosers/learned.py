@@ -2,7 +2,7 @@
 
 No probe: only relative quantities read off the trace (see :func:`features`).
 It trains on digits runs with seeds disjoint from the evaluation seeds
-(0..4), made through :func:`faultbench.runner.ensure_records` so they are
+(0..4), made through :func:`faultbench.storage.runner.ensure_records` so they are
 stored once and reused. The fitted forest is never pickled: refitting from the
 stored runs is deterministic and takes about a second, so it is simply refit
 in every process that needs it.
@@ -17,15 +17,15 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 
 from faultbench.diagnosers import _features as f
-from faultbench.diagnosis import DIAGNOSERS, Diagnosis
-from faultbench.engine import Engine, LocalEngine
-from faultbench.evaluate import run_for
-from faultbench.faults import canonical_conditions
-from faultbench.records import RunRecord, RunSpec
-from faultbench.run import Run
-from faultbench.runner import ensure_records
-from faultbench.store import Store
-from faultbench.tasks import get_task
+from faultbench.faults.fault import canonical_conditions
+from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnosis
+from faultbench.scoring.evaluate import run_for
+from faultbench.scoring.run import Run
+from faultbench.storage.records import RunRecord, RunSpec
+from faultbench.storage.runner import ensure_records
+from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task
+from faultbench.training.engine import Engine, LocalEngine
 
 TRAIN_TASK = "digits"
 TRAIN_SEEDS = tuple(range(100, 110))  # disjoint from the evaluation seeds 0..4
@@ -93,6 +93,7 @@ class LearnedDiagnoser:
     """A random forest over :func:`features`, fitted on digits runs on first use."""
 
     name = "learned"
+    probes = False  # reads the trace alone
     tuned_on: frozenset[str] | set[str] = frozenset({TRAIN_TASK})
 
     def __init__(

@@ -19,8 +19,8 @@ from typing import Any
 
 from faultbench.diagnosers import _features as f
 from faultbench.diagnosers._probe import RATES, Memorization, memorize
-from faultbench.diagnosis import DIAGNOSERS, Diagnosis, finite_or_none
-from faultbench.run import Run
+from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnosis, finite_or_none
+from faultbench.scoring.run import Run
 
 START_FACTOR = 2.0  # sane inits start near ln C; twice that means inputs far off unit scale
 WAIT_SHARE = 0.5  # waiting more than computing: the loader is the bottleneck (profiler lore)
@@ -147,6 +147,7 @@ class RulesDiagnoser:
     """Relative-threshold rules plus a multi-rate memorization probe."""
 
     name = "rules"
+    probes = True  # retrains the run through its probe
     tuned_on: frozenset[str] | set[str] = frozenset({"digits"})
 
     def diagnose(self, run: Run) -> Diagnosis:

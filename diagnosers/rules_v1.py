@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from faultbench.diagnosers import _features as f
-from faultbench.diagnosis import DIAGNOSERS, Diagnosis, finite_or_none
-from faultbench.run import Run
+from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnosis, finite_or_none
+from faultbench.scoring.run import Run
 
 START_FACTOR = 2.0  # a sane init starts near ln C
 WAIT_SHARE = 0.5  # waiting more than computing
@@ -34,6 +34,7 @@ class RulesV1Diagnoser:
     """A first attempt: four trace rules in a fixed order, no probe."""
 
     name = "rules-v1"
+    probes = False  # reads the trace alone
     tuned_on: frozenset[str] | set[str] = frozenset({"digits"})
 
     def diagnose(self, run: Run) -> Diagnosis:

@@ -21,7 +21,7 @@ from sklearn.preprocessing import StandardScaler
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from faultbench import Monitor, Probe
+from faultbench import Monitor, Probe, doctor
 
 FAULTS = (
     "none",
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = None
     if not args.no_probe:
         probe = Probe.from_user(lambda: make_model(args.fault), F.cross_entropy, X_tr, y_tr)
-    print(monitor.doctor(args.diagnoser, probe=probe))
+    print(doctor(monitor, args.diagnoser, probe=probe))
     return 0
 
 

@@ -1,13 +1,40 @@
-"""faultbench: how often is a training-failure diagnoser right?"""
+"""faultbench: how often is a training-failure diagnoser right?
 
-from faultbench.diagnosis import DIAGNOSERS, Diagnoser, Diagnosis, get_diagnoser
-from faultbench.evaluate import Report, RunResult, evaluate
-from faultbench.faults import FAULTS, Condition, condition, condition_names
-from faultbench.monitor import Monitor
-from faultbench.run import Probe, Run
-from faultbench.store import Store
-from faultbench.tasks import TASKS, Task, get_task
-from faultbench.trace import RunConfig, Trace
+Every public name is imported on first use (PEP 562), so ``import faultbench``
+and ``faultbench --help`` load neither torch nor scikit-learn, pandas, scipy,
+matplotlib or dask, and ``from faultbench import Monitor`` loads torch alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "DIAGNOSERS": "faultbench.scoring.diagnosis",
+    "Diagnoser": "faultbench.scoring.diagnosis",
+    "Diagnosis": "faultbench.scoring.diagnosis",
+    "get_diagnoser": "faultbench.scoring.diagnosis",
+    "Report": "faultbench.scoring.evaluate",
+    "RunResult": "faultbench.scoring.evaluate",
+    "evaluate": "faultbench.scoring.evaluate",
+    "FAULTS": "faultbench.faults.fault",
+    "Condition": "faultbench.faults.fault",
+    "condition": "faultbench.faults.fault",
+    "condition_names": "faultbench.faults.fault",
+    "Monitor": "faultbench.training.monitor",
+    "Probe": "faultbench.scoring.run",
+    "Run": "faultbench.scoring.run",
+    "Store": "faultbench.storage.store",
+    "TASKS": "faultbench.tasks.task",
+    "Task": "faultbench.tasks.task",
+    "get_task": "faultbench.tasks.task",
+    "RunConfig": "faultbench.training.trace",
+    "Trace": "faultbench.training.trace",
+    "doctor": "faultbench.tools.doctor",
+    "FaultbenchError": "faultbench.core.errors",
+}
 
 __all__ = [
     "DIAGNOSERS",
@@ -16,6 +43,7 @@ __all__ = [
     "Condition",
     "Diagnoser",
     "Diagnosis",
+    "FaultbenchError",
     "Monitor",
     "Probe",
     "Report",
@@ -27,7 +55,34 @@ __all__ = [
     "Trace",
     "condition",
     "condition_names",
+    "doctor",
     "evaluate",
     "get_diagnoser",
     "get_task",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'faultbench' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # what type checkers and editors see
+    from faultbench.core.errors import FaultbenchError
+    from faultbench.faults.fault import FAULTS, Condition, condition, condition_names
+    from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnoser, Diagnosis, get_diagnoser
+    from faultbench.scoring.evaluate import Report, RunResult, evaluate
+    from faultbench.scoring.run import Probe, Run
+    from faultbench.storage.store import Store
+    from faultbench.tasks.task import TASKS, Task, get_task
+    from faultbench.tools.doctor import doctor
+    from faultbench.training.monitor import Monitor
+    from faultbench.training.trace import RunConfig, Trace

@@ -2,6 +2,6 @@
 
 import sys
 
-from faultbench.cli import main
+from faultbench.cli.main import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """Diagnosers that misbehave on purpose, importable as ``bad_diagnosers:Name``.
 
-The isolation tests run them through ``faultbench.evaluate`` and the CLI
+The isolation tests run them through ``faultbench.scoring.evaluate`` and the CLI
 (with ``tests/`` on ``PYTHONPATH``) to show the benchmark survives them.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 import time
 
-from faultbench.diagnosis import Diagnosis
-from faultbench.run import Run
+from faultbench.scoring.diagnosis import Diagnosis
+from faultbench.scoring.run import Run
 
 
 class _Base:

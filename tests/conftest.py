@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from faultbench.engine import LocalEngine
-from faultbench.faults import canonical_conditions
-from faultbench.records import RunRecord, RunSpec
-from faultbench.runner import ensure_records
-from faultbench.store import Store
-from faultbench.tasks import get_task
+from faultbench.faults.fault import canonical_conditions
+from faultbench.storage.records import RunRecord, RunSpec
+from faultbench.storage.runner import ensure_records
+from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task
+from faultbench.training.engine import LocalEngine
 
 SIGNAL_SEEDS = 3  # the issue asks for each fault's signal over at least 3 seeds
 

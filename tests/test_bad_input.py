@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from faultbench import cli
-from faultbench.diagnosis import get_diagnoser
-from faultbench.errors import FaultbenchError
-from faultbench.evaluate import evaluate
-from faultbench.faults import FAULTS, condition
-from faultbench.tasks import get_task
+from faultbench.cli import main as cli
+from faultbench.core.errors import FaultbenchError
+from faultbench.faults.fault import FAULTS, condition
+from faultbench.scoring.diagnosis import get_diagnoser
+from faultbench.scoring.evaluate import evaluate
+from faultbench.tasks.task import get_task
 
 TESTS = Path(__file__).parent
 

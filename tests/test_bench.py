@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from faultbench.bench import median_interval
-from faultbench.diagnosis import diagnoser_names
+from faultbench.scoring.diagnosis import diagnoser_names
+from faultbench.tools.bench import median_interval
 
 NUMBER = r"-?\d+\.\d+"
 

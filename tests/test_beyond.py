@@ -9,15 +9,15 @@ import pytest
 
 import faultbench as fb
 from conftest import SIGNAL_SEEDS
-from faultbench.calibration import calibration_table, coverage, coverage_curve
-from faultbench.cli import main
-from faultbench.evaluate import RunResult, run_for
-from faultbench.faults import FAULTS, condition
-from faultbench.manifest import SIGNALS, manifestation
-from faultbench.pairs import INCOMPATIBLE, pair_conditions, score_pairs
-from faultbench.records import RunRecord
-from faultbench.sweep import sweep
-from faultbench.tasks import get_task
+from faultbench.cli.main import main
+from faultbench.faults.fault import FAULTS, condition
+from faultbench.reporting.calibration import calibration_table, coverage_curve
+from faultbench.reporting.pairs import INCOMPATIBLE, pair_conditions, score_pairs
+from faultbench.reporting.sweep import sweep
+from faultbench.scoring.evaluate import RunResult, coverage, run_for
+from faultbench.scoring.manifest import SIGNALS, manifestation
+from faultbench.storage.records import RunRecord
+from faultbench.tasks.task import get_task
 
 Grid = dict[tuple[str, int], RunRecord]
 
@@ -119,7 +119,7 @@ def test_sweep_reports_recall_against_severity(tmp_path: Path) -> None:
 
 
 def test_sweep_rejects_a_fault_without_severity(tmp_path: Path) -> None:
-    with pytest.raises(fb.errors.FaultbenchError, match="has no severity knob"):
+    with pytest.raises(fb.FaultbenchError, match="has no severity knob"):
         sweep("label_mismatch", "rules", "digits", store=tmp_path)
 
 
@@ -169,15 +169,15 @@ def test_abstention_and_calibration() -> None:
 
 def test_run_for_builds_probe_of_pair(digits_grid: Grid) -> None:
     pair = condition("huge_inputs", "label_mismatch")
-    setup = pair.apply(fb.faults.base_setup(get_task("digits"), 0))
+    setup = pair.apply(fb.faults.fault.base_setup(get_task("digits"), 0))
     assert abs(setup.X_train).max() > 100 and (setup.y_train != get_task("digits").y_train).all()
     record = digits_grid[("healthy", 0)]
     assert run_for(record, get_task("digits")).probe is not None
 
 
 def test_calibration_tables_for_reports() -> None:
-    from faultbench.calibration import calibration_frame, coverage_frame
-    from faultbench.evaluate import Report
+    from faultbench.reporting.calibration import calibration_frame, coverage_frame
+    from faultbench.scoring.evaluate import Report
 
     confident = Report("c", "digits", True, ("digits",), (_result("healthy", "healthy", conf=0.9),))
     silent = Report("s", "digits", False, (), (_result("healthy", "unknown"),))

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-import faultbench.records
-from faultbench.diagnosis import Diagnosis
-from faultbench.evaluate import evaluate
-from faultbench.faults import FAULTS, Fault, canonical_conditions, condition_names
-from faultbench.run import Run
-from faultbench.store import Store
+import faultbench.storage.records
+from faultbench.faults.fault import FAULTS, Fault, canonical_conditions, condition_names
+from faultbench.scoring.diagnosis import Diagnosis
+from faultbench.scoring.evaluate import evaluate
+from faultbench.scoring.run import Run
+from faultbench.storage.store import Store
 
 
 class RefusingEngine:
@@ -79,7 +79,7 @@ def test_code_version_change_retrains_and_notes_the_stale_version(
     healthy = canonical_conditions(["healthy"])
     first = evaluate("always-healthy", "digits", seeds=1, conditions=healthy, store=store)
     assert (first.trained, first.notes) == (1, ())
-    monkeypatch.setattr(faultbench.records, "code_version", lambda: "changed-loop")
+    monkeypatch.setattr(faultbench.storage.records, "code_version", lambda: "changed-loop")
     second = evaluate(
         "always-healthy", "digits", seeds=1, conditions=healthy, store=Store(tmp_path)
     )

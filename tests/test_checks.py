@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from faultbench.checks import CHECKS, CheckFailed, check_ignores_condition, run_checks
-from faultbench.cli import main
-from faultbench.diagnosis import Diagnosis, diagnoser_names, get_diagnoser
-from faultbench.errors import FaultbenchError
-from faultbench.run import Run
+from faultbench.cli.main import main
+from faultbench.core.errors import FaultbenchError
+from faultbench.scoring.diagnosis import Diagnosis, diagnoser_names, get_diagnoser
+from faultbench.scoring.run import Run
+from faultbench.tools.checks import CHECKS, CheckFailed, check_ignores_condition, run_checks
 
 # ``learned`` trains its own runs on first use; it is checked in test_learned.py.
 SHIPPED = [name for name in diagnoser_names() if name != "learned"]
@@ -26,7 +26,7 @@ class ReadsTheStore:
     tuned_on: frozenset[str] = frozenset()
 
     def diagnose(self, run: Run) -> Diagnosis:
-        from faultbench.store import Store
+        from faultbench.storage.store import Store
 
         for record in Store().records():
             if record.spec.seed == run.seed:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SIGNAL_SEEDS
-from faultbench.cli import main
-from faultbench.faults import condition_names
-from faultbench.records import RunRecord
+from faultbench.cli.main import main
+from faultbench.faults.fault import condition_names
+from faultbench.storage.records import RunRecord
 
 
 def test_run_json_on_stored_runs(

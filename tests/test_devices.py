@@ -8,15 +8,15 @@ import pandas as pd
 import pytest
 import torch
 
-from faultbench.cli import main
-from faultbench.devices import (
+from faultbench.cli.main import main
+from faultbench.core.errors import FaultbenchError
+from faultbench.tools.devices import (
     QUICK_BATCHES,
     QUICK_WIDTHS,
     DeviceTable,
     available_devices,
     compare_devices,
 )
-from faultbench.errors import FaultbenchError
 
 
 def test_quick_table_has_one_row_per_device_and_size() -> None:

@@ -12,9 +12,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor, Probe
-from faultbench.cli import main
-from faultbench.diagnosis import Diagnosis
-from faultbench.doctor import (
+from faultbench.cli.main import main
+from faultbench.core.errors import FaultbenchError
+from faultbench.faults.fault import condition_names
+from faultbench.scoring.diagnosis import Diagnosis
+from faultbench.scoring.evaluate import run_for
+from faultbench.scoring.run import Run
+from faultbench.storage.records import RunRecord
+from faultbench.tasks.task import get_task
+from faultbench.tools.doctor import (
     FAIL,
     NO_PROBE_NOTE,
     PASS,
@@ -22,12 +28,6 @@ from faultbench.doctor import (
     diagnose_monitor,
     doctor,
 )
-from faultbench.errors import FaultbenchError
-from faultbench.evaluate import run_for
-from faultbench.faults import condition_names
-from faultbench.records import RunRecord
-from faultbench.run import Run
-from faultbench.tasks import get_task
 
 Grid = dict[tuple[str, int], RunRecord]
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from faultbench.cli import main as cli_main
-from faultbench.engine import ENGINES, DaskEngine, LocalEngine, WorkerDied, make_engine
-from faultbench.errors import FaultbenchError
-from faultbench.faults import condition_names
-from faultbench.records import RunRecord, RunSpec
-from faultbench.runner import ensure_records
-from faultbench.store import Store
-from faultbench.tasks import get_task
+from faultbench.cli.main import main as cli_main
+from faultbench.core.errors import FaultbenchError
+from faultbench.faults.fault import condition_names
+from faultbench.storage.records import RunRecord, RunSpec
+from faultbench.storage.runner import ensure_records
+from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task
+from faultbench.training.engine import ENGINES, DaskEngine, LocalEngine, WorkerDied, make_engine
 
 TIMING = ("wait_seconds", "compute_seconds")  # differ between any two runs; not compared
 

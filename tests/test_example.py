@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from faultbench.diagnosis import diagnoser_names
-from faultbench.doctor import NO_PROBE_NOTE
+from faultbench.scoring.diagnosis import diagnoser_names
+from faultbench.tools.doctor import NO_PROBE_NOTE
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "train_with_monitor.py"
 STEPS = "200"  # enough for the evaluations to move; a few seconds per run

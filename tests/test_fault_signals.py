@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import SIGNAL_SEEDS
-from faultbench.faults import FAULTS
-from faultbench.records import RunRecord
-from faultbench.trace import Trace
+from faultbench.faults.fault import FAULTS
+from faultbench.storage.records import RunRecord
+from faultbench.training.trace import Trace
 
 LN_C = math.log(10)  # digits has 10 classes
 CHANCE = 0.1

@@ -15,12 +15,12 @@ import bad_diagnosers as bad
 import numpy as np
 import pytest
 
-from faultbench.engine import LocalEngine
-from faultbench.evaluate import evaluate, run_for
-from faultbench.faults import canonical_conditions, condition_names
-from faultbench.harness import diagnose_safely
-from faultbench.store import Store
-from faultbench.tasks import Task
+from faultbench.faults.fault import canonical_conditions, condition_names
+from faultbench.scoring.evaluate import evaluate, run_for
+from faultbench.scoring.harness import diagnose_safely
+from faultbench.storage.store import Store
+from faultbench.tasks.task import Task
+from faultbench.training.engine import LocalEngine
 
 TESTS = Path(__file__).parent
 TWO = canonical_conditions(["healthy", "dead_units"])  # two stored runs keep this fast
@@ -88,7 +88,7 @@ def test_timeout_is_enforced_off_the_main_thread(digits_grid):
 
 
 def _digits() -> Task:
-    from faultbench.tasks import get_task
+    from faultbench.tasks.task import get_task
 
     return get_task("digits")
 

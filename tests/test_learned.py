@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from faultbench.checks import make_run, parametrize_checks
 from faultbench.diagnosers.learned import FEATURES, TRAIN_SEEDS, LearnedDiagnoser, features
-from faultbench.evaluate import run_for
-from faultbench.faults import condition_names
-from faultbench.tasks import get_task
+from faultbench.faults.fault import condition_names
+from faultbench.scoring.evaluate import run_for
+from faultbench.tasks.task import get_task
+from faultbench.tools.checks import make_run, parametrize_checks
 
 EVALUATION_SEEDS = range(5)
 

@@ -8,12 +8,12 @@ import torch
 import torch.nn.functional as F
 
 from faultbench import Monitor
-from faultbench.faults import base_setup, condition
-from faultbench.loop import EVALUATIONS, _Scorer, train
-from faultbench.model import BatchStream, build_model
-from faultbench.monitor import pack_layers
-from faultbench.tasks import get_task
-from faultbench.trace import Trace
+from faultbench.faults.fault import base_setup, condition
+from faultbench.tasks.task import get_task
+from faultbench.training.loop import EVALUATIONS, _Scorer, train
+from faultbench.training.model import BatchStream, build_model
+from faultbench.training.monitor import pack_layers
+from faultbench.training.trace import Trace
 
 
 def _evaluated_in_place(task: str, fault: str) -> Trace:

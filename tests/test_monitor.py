@@ -18,12 +18,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench import monitor as monitor_module
-from faultbench.faults import base_setup, condition
-from faultbench.model import BatchStream, build_model
-from faultbench.monitor import _ChunkedStats, _KernelStats, pack_layers
-from faultbench.tasks import get_task
-from faultbench.trace import Trace
+from faultbench.faults.fault import base_setup, condition
+from faultbench.tasks.task import get_task
+from faultbench.training import monitor as monitor_module
+from faultbench.training.model import BatchStream, build_model
+from faultbench.training.monitor import _ChunkedStats, _KernelStats, pack_layers
+from faultbench.training.trace import Trace
 
 STEPS = 70  # more than two chunks of 32, and a partial one
 TIMED = {"wait_seconds", "compute_seconds"}

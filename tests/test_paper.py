@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from faultbench.cli import main
-from faultbench.errors import FaultbenchError
-from faultbench.paper import KEYS, PLACEHOLDER, build
+from faultbench.cli.main import main
+from faultbench.core.errors import FaultbenchError
+from faultbench.reporting.paper import KEYS, PLACEHOLDER, build
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "paper" / "paper.md"
@@ -51,7 +51,7 @@ def _numbers(page: Path) -> list[tuple[str, str]]:
 
 
 def _csv_value(results: Path, key: str) -> str:
-    """The cell a scalar placeholder names, read independently of faultbench.paper."""
+    """The cell a scalar placeholder names, read independently of faultbench.reporting.paper."""
     kind, *parts = key.split(":")
     if kind == "count":
         frame = pd.read_csv(results / f"{parts[0]}.csv", dtype=str, keep_default_na=False)

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from faultbench.cli import main
-from faultbench.errors import FaultbenchError
-from faultbench.faults import FAULTS, condition
-from faultbench.preflight import BREAKS, PHASES, Pilot, pilot_for_task, preflight
-from faultbench.tasks import get_task
+from faultbench.cli.main import main
+from faultbench.core.errors import FaultbenchError
+from faultbench.faults.fault import FAULTS, condition
+from faultbench.tasks.task import get_task
+from faultbench.tools.preflight import BREAKS, PHASES, Pilot, pilot_for_task, preflight
 
 # The gate each fault must fail on one step; faults absent here show only over a
 # whole run (accumulation, instability, capacity, label maps, slow loaders).

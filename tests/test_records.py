@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faultbench.records import RunRecord, dumps, loads
-from faultbench.trace import Trace
+from faultbench.storage.records import RunRecord, dumps, loads
+from faultbench.training.trace import Trace
 
 floats = st.floats(allow_nan=True, allow_infinity=True)
 scalars = st.none() | st.booleans() | st.integers() | floats | st.text(max_size=8)

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from faultbench.errors import FaultbenchError
-from faultbench.faults import FAULTS, condition, condition_names
-from faultbench.registry import Registry
+from faultbench.core.errors import FaultbenchError
+from faultbench.core.registry import Registry
+from faultbench.faults.fault import FAULTS, condition, condition_names
 
 
 @pytest.fixture
@@ -54,8 +54,8 @@ def test_faults_compose() -> None:
     pair = condition("huge_inputs", ("lr_too_high", 10.0))
     assert pair.name == "huge_inputs+lr_too_high"
     assert pair.labels == {"huge_inputs", "lr_too_high"}
-    from faultbench.faults import base_setup
-    from faultbench.tasks import get_task
+    from faultbench.faults.fault import base_setup
+    from faultbench.tasks.task import get_task
 
     task = get_task("digits")
     setup = pair.apply(base_setup(task, 0))

@@ -11,13 +11,11 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from faultbench.cli import main
-from faultbench.commands.report import VOLATILE
-from faultbench.evaluate import Report, RunResult, evaluate
-from faultbench.faults import HEALTHY, condition_names
-from faultbench.figures import full_confusion
-from faultbench.records import RunRecord
-from faultbench.report import (
+from faultbench.cli.commands.report import VOLATILE
+from faultbench.cli.main import main
+from faultbench.faults.fault import HEALTHY, condition_names
+from faultbench.reporting.figures import full_confusion
+from faultbench.reporting.report import (
     FINAL_WINDOW,
     fault_table,
     markdown_table,
@@ -25,7 +23,9 @@ from faultbench.report import (
     score_table,
     wilson,
 )
-from faultbench.store import Store
+from faultbench.scoring.evaluate import Report, RunResult, evaluate
+from faultbench.storage.records import RunRecord
+from faultbench.storage.store import Store
 
 SEEDS = 2  # of the session grid's three: enough for a mean, an sd and a "last seed"
 BASELINES = ("always-healthy", "random")

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from faultbench.faults import canonical_conditions
-from faultbench.records import RunSpec
-from faultbench.store import Store
-from faultbench.tasks import get_task
+from faultbench.faults.fault import canonical_conditions
+from faultbench.storage.records import RunSpec
+from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = 2

@@ -6,13 +6,13 @@ import pytest
 
 from faultbench.diagnosers import _features, rules
 from faultbench.diagnosers._probe import memorize
-from faultbench.diagnosis import get_diagnoser
-from faultbench.evaluate import run_for
-from faultbench.faults import FAULTS
-from faultbench.harness import diagnose_safely
-from faultbench.records import RunRecord
-from faultbench.run import Run
-from faultbench.tasks import get_task
+from faultbench.faults.fault import FAULTS
+from faultbench.scoring.diagnosis import get_diagnoser
+from faultbench.scoring.evaluate import run_for
+from faultbench.scoring.harness import diagnose_safely
+from faultbench.scoring.run import Run
+from faultbench.storage.records import RunRecord
+from faultbench.tasks.task import get_task
 
 SEEDS = (0, 1, 2)
 

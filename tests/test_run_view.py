@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from faultbench.evaluate import run_for
-from faultbench.faults import FAULTS, condition_names
-from faultbench.records import RunRecord
-from faultbench.run import Run
-from faultbench.tasks import get_task
+from faultbench.faults.fault import FAULTS, condition_names
+from faultbench.scoring.evaluate import run_for
+from faultbench.scoring.run import Run
+from faultbench.storage.records import RunRecord
+from faultbench.tasks.task import get_task
 
 FORBIDDEN_TYPES = ("RunSpec", "RunRecord", "RunSetup", "Condition", "Fault", "Severity")
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-import faultbench.runner
-from faultbench import cli
-from faultbench.evaluate import evaluate
-from faultbench.faults import canonical_conditions
-from faultbench.records import SCHEMA, RunRecord, RunSpec, loads
-from faultbench.store import Store
-from faultbench.tasks import get_task
+import faultbench.storage.runner
+from faultbench.cli import main as cli
+from faultbench.faults.fault import canonical_conditions
+from faultbench.scoring.evaluate import evaluate
+from faultbench.storage.records import SCHEMA, RunRecord, RunSpec, loads
+from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = canonical_conditions(["healthy"])
@@ -130,7 +130,7 @@ def test_failed_training_is_kept_and_retrained_as_a_new_attempt(tmp_path, monkey
     def broken_train(setup, record=True):  # type: ignore[no-untyped-def]
         raise FloatingPointError("simulated crash in the loop")
 
-    monkeypatch.setattr(faultbench.runner, "train", broken_train)
+    monkeypatch.setattr(faultbench.storage.runner, "train", broken_train)
     first = evaluate("always-healthy", "digits", seeds=1, conditions=HEALTHY, store=store)
     assert first.failures == {"run-failed": 1} and first.correct == 0
     assert "FloatingPointError: simulated crash" in first.results[0].message

@@ -10,7 +10,7 @@ from sklearn.datasets import load_iris
 
 import faultbench as fb
 from faultbench.datasets.synthetic import synthetic_arrays
-from faultbench.tasks import TrainDefaults, task_names
+from faultbench.tasks.task import TrainDefaults, task_names
 
 SYNTHETIC_SHA256 = "c005034b5472689c1c9ade8d748afa203cb2952b9e6896302918244bba4e5671"
 

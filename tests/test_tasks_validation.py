@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from faultbench.errors import FaultbenchError
-from faultbench.tasks import Task
+from faultbench.core.errors import FaultbenchError
+from faultbench.tasks.task import Task
 
 GOOD_X = np.arange(24, dtype=float).reshape(8, 3)
 GOOD_Y = [0, 1] * 4

@@ -1,0 +1,1 @@
+"""Where practitioners train: adapters for training frameworks (PyTorch Lightning)."""

@@ -1,0 +1,1 @@
+"""Reporting: results/ tables and figures, sweeps, pairs, provenance and the paper."""

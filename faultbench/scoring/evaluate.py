@@ -1,0 +1,366 @@
+"""Scores a diagnoser on a task: every condition, every seed, one confusion matrix."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pandas as pd
+from sklearn.metrics import confusion_matrix
+
+from faultbench.core.errors import FaultbenchError
+from faultbench.core.limits import DEFAULT_TIMEOUT
+from faultbench.faults.fault import (
+    HEALTHY,
+    Condition,
+    base_setup,
+    canonical_conditions,
+    condition_names,
+)
+from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser
+from faultbench.scoring.harness import diagnose_safely
+from faultbench.scoring.manifest import manifestation
+from faultbench.scoring.run import Probe, Run
+from faultbench.storage.records import RunRecord, RunSpec
+from faultbench.storage.store import Store
+from faultbench.tasks.task import Task, get_task
+from faultbench.training.engine import Engine
+
+MIN_HEALTHY_REFERENCE = 3  # healthy seeds trained for a grid that has none of its own
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run's truth, the diagnoser's answer and what it cost."""
+
+    seed: int  # the run's seed
+    condition: str  # the injected condition (ground truth)
+    predicted: str  # the diagnoser's label; "unknown" on error or timeout
+    status: str  # "ok", "error", "timeout", or "run-failed" when training failed
+    confidence: float | None = None  # the diagnoser's confidence
+    evidence: dict[str, Any] = field(default_factory=dict)  # why it answered so
+    message: str = ""  # the error, if any
+    probe_steps: int = 0  # probe training steps used by the diagnosis
+    diagnose_seconds: float = 0.0  # wall time of the diagnosis
+    train_seconds: float = 0.0  # wall time of the training run
+    train_steps: int = 0  # optimizer steps of the training run
+    severity: float | None = None  # the fault's severity, None for healthy
+    also: tuple[str, ...] = ()  # further labels the diagnoser named (multi-fault runs)
+    manifested: bool | None = None  # the fault visibly changed the trace (None: untested)
+    deviations: tuple[str, ...] = ()  # the trace signals outside the healthy runs' spread
+
+    @property
+    def correct(self) -> bool:
+        """Whether the answer names the injected condition."""
+        return self.status == "ok" and self.predicted == self.condition
+
+
+@dataclass(frozen=True)
+class Report:
+    """The score of one diagnoser on one task."""
+
+    diagnoser: str  # the diagnoser's name
+    task: str  # the task's name
+    tuned: bool  # True when the task is in the diagnoser's ``tuned_on``
+    tuned_on: tuple[str, ...]  # what the diagnoser declared
+    results: tuple[RunResult, ...]  # one per run, sorted by condition then seed
+    trained: int = 0  # runs trained by this evaluation (the rest were stored)
+    notes: tuple[str, ...] = ()  # stale or broken records met on the way
+    not_applicable: tuple[tuple[str, str], ...] = ()  # faults the task declares moot, and why
+
+    @property
+    def labels(self) -> list[str]:
+        """Row labels of the confusion matrix: the conditions evaluated."""
+        names = condition_names()
+        present = {r.condition for r in self.results}
+        return [n for n in names if n in present] + sorted(present - set(names))
+
+    @property
+    def correct(self) -> int:
+        """Runs named correctly."""
+        return sum(r.correct for r in self.results)
+
+    @property
+    def total(self) -> int:
+        """Runs scored."""
+        return len(self.results)
+
+    @property
+    def accuracy(self) -> float:
+        """``correct / total``."""
+        return self.correct / self.total if self.total else float("nan")
+
+    @property
+    def failures(self) -> dict[str, int]:
+        """How many answers were errors, timeouts, or runs that failed to train."""
+        out: dict[str, int] = {}
+        for r in self.results:
+            if r.status != "ok":
+                out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds evaluated."""
+        return sorted({r.seed for r in self.results})
+
+    def confusion_for(self, results: Sequence[RunResult] | None = None) -> pd.DataFrame:
+        """Confusion matrix (rows: truth, columns: prediction incl. ``unknown``)."""
+        results = self.results if results is None else results
+        rows = self.labels
+        columns = [*condition_names(), UNKNOWN]
+        columns += sorted({r.predicted for r in results} - set(columns))
+        matrix = (
+            confusion_matrix(
+                [r.condition for r in results], [r.predicted for r in results], labels=columns
+            )
+            if results
+            else [[0] * len(columns) for _ in columns]
+        )
+        frame = pd.DataFrame(matrix, index=columns, columns=columns).loc[rows]
+        frame.index.name, frame.columns.name = "true", "predicted"
+        return frame
+
+    @property
+    def confusion(self) -> pd.DataFrame:
+        """Confusion matrix over every seed."""
+        return self.confusion_for()
+
+    @property
+    def per_seed(self) -> dict[int, pd.DataFrame]:
+        """One confusion matrix per seed."""
+        return {s: self.confusion_for([r for r in self.results if r.seed == s]) for s in self.seeds}
+
+    @property
+    def seed_scores(self) -> pd.DataFrame:
+        """Correct and total per seed."""
+        rows = [
+            {
+                "seed": s,
+                "correct": sum(r.correct for r in self.results if r.seed == s),
+                "total": sum(1 for r in self.results if r.seed == s),
+            }
+            for s in self.seeds
+        ]
+        return pd.DataFrame(rows).set_index("seed")
+
+    @property
+    def mean_probe_steps(self) -> float:
+        """Average probe training steps per diagnosis."""
+        return sum(r.probe_steps for r in self.results) / max(1, self.total)
+
+    @property
+    def mean_train_steps(self) -> float:
+        """Average training steps of the diagnosed runs."""
+        return sum(r.train_steps for r in self.results) / max(1, self.total)
+
+    @property
+    def manifestation(self) -> dict[str, int]:
+        """Faulty runs split by what happened: named, missed though visible, invisible."""
+        faulty = [r for r in self.results if r.condition != HEALTHY]
+        return {
+            "faulty_runs": len(faulty),
+            "named": sum(r.correct for r in faulty),
+            "missed_visible": sum(not r.correct and r.manifested is True for r in faulty),
+            "missed_invisible": sum(not r.correct and r.manifested is False for r in faulty),
+            "untested": sum(r.manifested is None for r in faulty),
+            "invisible": sum(r.manifested is False for r in faulty),
+        }
+
+    def frame(self) -> pd.DataFrame:
+        """One row per run: truth, answer, status and cost."""
+        return pd.DataFrame([vars(r) for r in self.results])
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary: the CLI's ``--json``."""
+        confusion = self.confusion
+        return {
+            "diagnoser": self.diagnoser,
+            "task": self.task,
+            "tuned": self.tuned,
+            "tuned_on": list(self.tuned_on),
+            "correct": self.correct,
+            "total": self.total,
+            "accuracy": self.accuracy,
+            "confusion": {
+                t: {p: int(confusion.loc[t, p]) for p in confusion.columns} for t in confusion.index
+            },
+            "per_seed": {
+                str(s): {"correct": int(row.correct), "total": int(row.total)}
+                for s, row in self.seed_scores.iterrows()
+            },
+            "failures": self.failures,
+            "manifestation": self.manifestation,
+            "not_applicable": dict(self.not_applicable),
+            "coverage": coverage(self.results),
+            "mean_probe_steps": self.mean_probe_steps,
+            "mean_train_steps": self.mean_train_steps,
+            "trained": self.trained,
+            "runs": [
+                {
+                    "seed": r.seed,
+                    "condition": r.condition,
+                    "predicted": r.predicted,
+                    "also": list(r.also),
+                    "status": r.status,
+                    "manifested": r.manifested,
+                    "deviations": list(r.deviations),
+                    "probe_steps": r.probe_steps,
+                }
+                for r in self.results
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def coverage(results: Sequence[RunResult]) -> dict[str, float | None]:
+    """Share of runs answered (not ``unknown``), and accuracy on those."""
+    answered = [r for r in results if r.status == "ok" and r.predicted != UNKNOWN]
+    return {
+        "coverage": len(answered) / max(1, len(results)),
+        "selective_accuracy": (
+            sum(r.correct for r in answered) / len(answered) if answered else None
+        ),
+        "abstained": float(len(results) - len(answered)),
+    }
+
+
+def evaluate(
+    diagnoser: str | Diagnoser,
+    task: str | Task,
+    *,
+    seeds: int = 5,
+    conditions: Sequence[Condition] | None = None,
+    store: Store | str | None = None,
+    engine: Engine | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Report:
+    """Score ``diagnoser`` on every condition of ``task`` over ``seeds`` seeds.
+
+    Stored runs are reused; missing ones are trained on ``engine`` (in this
+    process when omitted) and stored.
+
+    Args:
+        diagnoser: A registered name, ``module:Class``, or a diagnoser object.
+        task: A registered task name or a :class:`Task`.
+        seeds: Number of seeds, 0 to ``seeds - 1``.
+        conditions: The conditions to run; the ten canonical ones by default.
+        store: Where records live; :func:`faultbench.storage.store.default_root` by default.
+        engine: Where training runs; see :func:`faultbench.training.engine.make_engine`.
+        timeout: Seconds one diagnosis may take before it counts as a timeout.
+
+    Returns:
+        The report.
+
+    Raises:
+        FaultbenchError: unknown names, or ``seeds`` below 1.
+    """
+    from faultbench.storage.runner import ensure_records
+
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise FaultbenchError(f"seeds must be an integer of at least 1; got {seeds!r}")
+    diag = get_diagnoser(diagnoser)
+    the_task = get_task(task)
+    the_store = store if isinstance(store, Store) else Store(store)
+    specs = [
+        RunSpec(the_task.name, the_task.fingerprint, cond, seed)
+        for cond in (conditions or canonical_conditions(task=the_task))
+        for seed in range(seeds)
+    ]
+    prepare = getattr(diag, "prepare", None)
+    if callable(prepare):  # e.g. fit a learned model: not part of any one diagnosis's time
+        prepare(store=the_store, engine=engine)
+    results, trained = [], 0
+    records: dict[tuple[str, int], RunRecord] = {}
+    for spec, record, fresh in ensure_records(specs, the_task, store=the_store, engine=engine):
+        trained += fresh
+        records[(spec.condition.name, spec.seed)] = record
+        results.append(_score_one(diag, the_task, spec, record, timeout))
+    # The manifestation check compares each faulty run with healthy runs of the
+    # same task: the grid's own, or, for a grid without any (a sweep, pairs),
+    # healthy seeds trained for the purpose.
+    has_healthy = any(spec.condition.name == HEALTHY for spec in specs)
+    reference = range(seeds if has_healthy else max(seeds, MIN_HEALTHY_REFERENCE))
+    healthy_specs = [
+        RunSpec(the_task.name, the_task.fingerprint, Condition(), s)
+        for s in reference
+        if (HEALTHY, s) not in records
+    ]
+    for spec, record, fresh in ensure_records(
+        healthy_specs, the_task, store=the_store, engine=engine
+    ):
+        trained += fresh
+        records[(HEALTHY, spec.seed)] = record
+    healthy = [records[(HEALTHY, s)] for s in reference]
+    results = _with_manifestation(results, records, healthy)
+    order = {name: i for i, name in enumerate(condition_names())}
+    results.sort(key=lambda r: (order.get(r.condition, len(order)), r.condition, r.seed))
+    return Report(
+        diagnoser=diag.name,
+        task=the_task.name,
+        tuned=the_task.name in diag.tuned_on,
+        tuned_on=tuple(sorted(diag.tuned_on)),
+        results=tuple(results),
+        trained=trained,
+        notes=tuple(the_store.notes),
+        not_applicable=tuple(sorted(the_task.inapplicable.items())),
+    )
+
+
+def run_for(record: RunRecord, task: Task) -> Run:
+    """The run a diagnoser is handed for ``record``: trace, config, probe, no truth."""
+    assert record.trace is not None and record.config is not None
+    setup = record.spec.condition.apply(base_setup(task, record.spec.seed))
+    return Run(task.name, record.spec.seed, record.trace, record.config, Probe.from_setup(setup))
+
+
+def _score_one(
+    diag: Diagnoser, task: Task, spec: RunSpec, record: RunRecord, timeout: float
+) -> RunResult:
+    truth = spec.condition
+    severity = truth.faults[0][1] if truth.faults else None
+    result = RunResult(
+        seed=spec.seed,
+        condition=truth.name,
+        predicted=UNKNOWN,
+        status="run-failed",
+        severity=severity,
+        train_seconds=record.seconds,
+        message=record.error,
+    )
+    if not record.ok:
+        return result
+    try:
+        run = run_for(record, task)
+    except Exception as exc:  # a broken setup must not stop the other runs
+        return replace(result, status="error", message=f"building the run failed: {exc!r}")
+    outcome = diagnose_safely(diag, run, timeout=timeout)
+    return replace(
+        result,
+        predicted=outcome.label,
+        also=outcome.also,
+        status=outcome.status,
+        confidence=outcome.confidence,
+        evidence=outcome.evidence,
+        message=outcome.message,
+        probe_steps=outcome.probe_steps,
+        diagnose_seconds=outcome.seconds,
+        train_steps=record.config.steps if record.config else 0,
+    )
+
+
+def _with_manifestation(
+    results: list[RunResult], records: dict[tuple[str, int], RunRecord], healthy: list[RunRecord]
+) -> list[RunResult]:
+    reference = [(r.trace, r.config) for r in healthy if r.ok and r.trace and r.config]
+    out = []
+    for result in results:
+        record = records.get((result.condition, result.seed))
+        if result.condition == HEALTHY or record is None or not record.ok:
+            out.append(result)
+            continue
+        assert record.trace is not None and record.config is not None
+        seen = manifestation(record.trace, record.config, reference)
+        out.append(replace(result, manifested=seen.visible, deviations=seen.deviations))
+    return out

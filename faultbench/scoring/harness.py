@@ -1,0 +1,163 @@
+"""Calls a diagnoser on one run without letting it take the benchmark down.
+
+A diagnoser that raises (even ``SystemExit``), answers something that is not
+a ``Diagnosis``, names a label nobody knows, or runs past its time limit gets
+an ``error`` or ``timeout`` outcome with the reason; the benchmark goes on.
+Whatever it prints goes to stderr, so ``faultbench run --json`` stays parseable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from faultbench.core.limits import DEFAULT_TIMEOUT
+from faultbench.faults.fault import condition_names
+from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, Diagnosis
+from faultbench.scoring.run import Run
+
+_REPEAT = 0.5  # after the limit, the alarm repeats this often until the diagnoser yields
+
+
+class DiagnosisTimeout(BaseException):
+    """Raised inside a diagnoser that ran past its time limit.
+
+    A ``BaseException`` so that a diagnoser's own ``except Exception`` cannot
+    swallow it and keep running.
+    """
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came of asking a diagnoser about one run."""
+
+    status: str  # "ok", "error" or "timeout"
+    label: str  # the answer; "unknown" unless status is "ok"
+    confidence: float | None = None  # the diagnoser's, if given
+    evidence: dict[str, Any] = field(default_factory=dict)  # the diagnoser's numbers
+    message: str = ""  # what went wrong, for error and timeout
+    probe_steps: int = 0  # probe training steps the diagnosis used
+    seconds: float = 0.0  # wall time of the diagnosis
+    also: tuple[str, ...] = ()  # further labels, for runs with several faults
+
+
+def diagnose_safely(diagnoser: Diagnoser, run: Run, *, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
+    """Ask ``diagnoser`` about ``run``, turning every failure into an Outcome.
+
+    Args:
+        diagnoser: Anything with a ``diagnose(run)`` method.
+        run: The run to diagnose.
+        timeout: Seconds the diagnosis may take; 0 or less means no limit. In
+            the main thread a SIGALRM interrupts Python code (a long C call
+            ends first); elsewhere the diagnosis runs in a helper thread that
+            is abandoned when the limit passes.
+
+    Returns:
+        The outcome; never raises except for ``KeyboardInterrupt``.
+    """
+    start = time.perf_counter()
+    status, message, answer = "ok", "", None
+    try:
+        answer = _call_limited(lambda: diagnoser.diagnose(run), timeout)
+    except DiagnosisTimeout:
+        status, message = "timeout", f"diagnose() ran past {timeout:g} s"
+    except (Exception, SystemExit) as exc:
+        status, message = "error", f"diagnose() raised {type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - start
+    steps = run.probe.steps_used if run.probe is not None else 0
+    if status == "ok":
+        message = _invalid(diagnoser, answer)
+        status = "error" if message else "ok"
+    if status != "ok" or not isinstance(answer, Diagnosis):
+        return Outcome(status, UNKNOWN, message=message, probe_steps=steps, seconds=seconds)
+    return Outcome(
+        "ok",
+        answer.label,
+        answer.confidence,
+        dict(answer.evidence),
+        "",
+        steps,
+        seconds,
+        tuple(answer.also),
+    )
+
+
+def _invalid(diagnoser: object, answer: object) -> str:
+    """Why ``answer`` is not a usable Diagnosis, or "" when it is."""
+    name = type(diagnoser).__name__
+    if not isinstance(answer, Diagnosis):
+        return f"{name}.diagnose returned {type(answer).__name__}, expected Diagnosis"
+    if not isinstance(answer.label, str) or answer.label not in {*condition_names(), UNKNOWN}:
+        return f"{name}.diagnose returned unknown label {answer.label!r}"
+    also = getattr(answer, "also", ())
+    if not isinstance(also, tuple) or any(a not in condition_names() for a in also):
+        return f"{name}.diagnose returned also={also!r}, expected a tuple of condition names"
+    if not isinstance(answer.evidence, Mapping):
+        return f"{name}.diagnose returned evidence of type {type(answer.evidence).__name__}"
+    conf = answer.confidence
+    if conf is not None and not (isinstance(conf, (int, float)) and 0.0 <= conf <= 1.0):
+        return f"{name}.diagnose returned confidence {conf!r}, expected a number in [0, 1]"
+    return ""
+
+
+def _call_limited(fn: Callable[[], Any], seconds: float) -> Any:
+    with contextlib.redirect_stdout(sys.stderr):
+        if seconds <= 0:
+            return fn()
+        if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+            with _alarm(seconds):
+                return fn()
+        return _in_thread(fn, seconds)
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    # SIGALRM interrupts pure-Python loops and sleeps. The alarm repeats after
+    # the limit in case the diagnoser catches the first one; ``armed`` stops a
+    # late tick from firing in our own clean-up, and the caller's handler and
+    # timer are put back so no alarm leaks into the next diagnosis.
+    armed = True
+
+    def expire(_signum: int, _frame: object) -> None:
+        if armed:
+            raise DiagnosisTimeout
+
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, expire)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, _REPEAT)
+    try:
+        yield
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if old_delay > 0:
+            left = max(old_delay - (time.monotonic() - started), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+
+
+def _in_thread(fn: Callable[[], Any], seconds: float) -> Any:
+    # Off the main thread there is no SIGALRM: run the diagnosis in a daemon
+    # thread and stop waiting for it at the limit (it cannot be killed).
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="faultbench-diagnose", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise DiagnosisTimeout
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

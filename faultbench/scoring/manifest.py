@@ -1,0 +1,115 @@
+"""Did the injected fault show at all? A test against the healthy runs' spread.
+
+A diagnoser cannot be blamed for missing a fault that left no trace. For each
+faulty run we compare a handful of trace signals with the healthy runs of the
+same task (other seeds): a signal *deviates* when it falls outside the
+healthy runs' prediction interval (Student t, Bonferroni-corrected over the
+signals). A run whose signals all stay inside is reported as "no visible
+effect" rather than as a diagnoser's miss. This is mutation testing's
+"killed or equivalent mutant" question, asked of training faults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from faultbench.training.trace import RunConfig, Trace
+
+ALPHA = 0.01  # family-wise rate of calling a run visible when it is not
+RELATIVE_FLOOR = 0.01  # healthy spread is never taken below 1% of the healthy mean
+
+
+def _first_loss(t: Trace, c: RunConfig) -> float:
+    return float(t.loss[0]) / math.log(c.n_classes)
+
+
+def _final_loss(t: Trace, c: RunConfig) -> float:
+    return float(np.nanmean(t.loss[-20:])) / math.log(c.n_classes)
+
+
+def _val_acc(t: Trace, c: RunConfig) -> float:
+    return float(t.val_acc[-1]) if len(t.val_acc) else math.nan
+
+
+def _gap(t: Trace, c: RunConfig) -> float:
+    return float(t.train_acc[-1] - t.val_acc[-1]) if len(t.val_acc) else math.nan
+
+
+def _wait(t: Trace, c: RunConfig) -> float:
+    return t.wait_share
+
+
+def _grad_growth(t: Trace, c: RunConfig) -> float:
+    g = np.concatenate([v[None] for v in t.grad_norm.values()]).sum(axis=0)
+    return math.log10(
+        max(float(np.nanmean(g[-50:])), 1e-12) / max(float(np.nanmean(g[:10])), 1e-12)
+    )
+
+
+def _inactive(t: Trace, c: RunConfig) -> float:
+    return float(t.inactive_share.mean()) if len(t.inactive_share) else 0.0
+
+
+def _no_grad(t: Trace, c: RunConfig) -> float:
+    return max(t.no_grad_weights[k] / max(1, t.weight_count[k]) for k in t.no_grad_weights)
+
+
+def _least_change(t: Trace, c: RunConfig) -> float:
+    return math.log10(max(min(t.weight_change.values()), 1e-12))
+
+
+def _spikes(t: Trace, c: RunConfig) -> float:
+    late = np.nan_to_num(t.loss[len(t.loss) // 6 :], nan=np.inf)
+    return float((late > math.log(c.n_classes)).mean())
+
+
+#: Signal name -> function of (trace, config); each is relative to the run.
+SIGNALS: dict[str, Callable[[Trace, RunConfig], float]] = {
+    "first_loss_over_lnC": _first_loss,
+    "final_loss_over_lnC": _final_loss,
+    "val_acc": _val_acc,
+    "train_val_gap": _gap,
+    "wait_share": _wait,
+    "log_grad_growth": _grad_growth,
+    "inactive_share": _inactive,
+    "no_grad_share": _no_grad,
+    "log_least_weight_change": _least_change,
+    "late_loss_above_lnC": _spikes,
+}
+
+
+@dataclass(frozen=True)
+class Manifestation:
+    """Whether one faulty run's trace differs from healthy beyond seed noise."""
+
+    visible: bool | None  # None when there are too few healthy runs to test
+    deviations: tuple[str, ...]  # the signals outside the healthy interval
+    healthy_runs: int  # how many healthy runs the interval came from
+
+
+def signals(trace: Trace, config: RunConfig) -> dict[str, float]:
+    """Every signal of one run."""
+    return {name: fn(trace, config) for name, fn in SIGNALS.items()}
+
+
+def manifestation(
+    trace: Trace, config: RunConfig, healthy: Sequence[tuple[Trace, RunConfig]]
+) -> Manifestation:
+    """Test one run's signals against the healthy runs' prediction intervals."""
+    n = len(healthy)
+    if n < 2:
+        return Manifestation(None, (), n)
+    base = np.array([list(signals(t, c).values()) for t, c in healthy], dtype=float)
+    mean, sd = np.nanmean(base, axis=0), np.nanstd(base, axis=0, ddof=1)
+    sd = np.maximum(np.nan_to_num(sd), RELATIVE_FLOOR * np.abs(mean) + 1e-9)
+    quantile = stats.t.ppf(1 - ALPHA / (2 * len(SIGNALS)), df=n - 1)
+    half_width = quantile * sd * math.sqrt(1 + 1 / n)
+    values = np.array(list(signals(trace, config).values()), dtype=float)
+    outside = ~(np.abs(np.nan_to_num(values, nan=np.inf) - mean) <= half_width)
+    names = tuple(name for name, out in zip(SIGNALS, outside) if out)
+    return Manifestation(bool(names), names, n)

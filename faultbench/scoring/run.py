@@ -1,0 +1,117 @@
+"""What a diagnoser is handed: a run's trace, its configuration and a probe.
+
+The injected condition is deliberately absent from everything here. A
+``Run`` is built from a stored record by copying out the trace and the
+configuration only, and the probe is rebuilt from the setup's *results*
+(initialized model, training arrays), never from the fault's parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from faultbench.core.errors import FaultbenchError
+from faultbench.faults.fault import RunSetup
+from faultbench.training.model import build_model
+from faultbench.training.trace import RunConfig, Trace
+
+
+class Probe:
+    """The means to retrain a run's model on its data, outside its loop.
+
+    It offers the model as the run initialized it, the run's loss and its
+    training data; not its optimizer, learning rate or loader. Every call to
+    :meth:`loss` counts as one probe step, so a diagnosis's cost is measured
+    rather than declared.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | Callable[[], nn.Module],
+        X: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
+        self._model = model
+        self._X = X
+        self._y = y
+        self._loss_fn = loss_fn or F.cross_entropy
+        self.steps_used = 0
+
+    @classmethod
+    def from_setup(cls, setup: RunSetup) -> Probe:
+        """Build the probe of a run from its (possibly faulty) setup."""
+        return cls(
+            build_model(setup), torch.from_numpy(setup.X_train), torch.from_numpy(setup.y_train)
+        )
+
+    @classmethod
+    def from_user(
+        cls,
+        make_model: Callable[[], nn.Module],
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        X: torch.Tensor,
+        y: torch.Tensor,
+    ) -> Probe:
+        """Build the probe of a user's run from their own pieces.
+
+        Args:
+            make_model: Builds the model as the user's script does, before any
+                training (a factory, because the monitored model has moved on).
+            loss_fn: The loss the script trains with, ``loss_fn(output, target)``.
+            X: A few training examples, exactly as the loop feeds them (a bug in
+                the inputs must reach the probe too).
+            y: Their targets.
+
+        Raises:
+            FaultbenchError: ``make_model`` is not callable, or X and y differ in length.
+        """
+        if not callable(make_model) or isinstance(make_model, nn.Module):
+            raise FaultbenchError(
+                f"make_model must be a function that builds a fresh model; got "
+                f"{type(make_model).__name__}"
+            )
+        if len(X) != len(y):
+            raise FaultbenchError(
+                f"X has {len(X)} examples but y has {len(y)}; expected equal lengths"
+            )
+        return cls(make_model, torch.as_tensor(X), torch.as_tensor(y), loss_fn)
+
+    def make_model(self) -> nn.Module:
+        """A fresh copy of the model as the run initialized it."""
+        if isinstance(self._model, nn.Module):
+            return copy.deepcopy(self._model)
+        return self._model()
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The run's loss on a model output; counts one probe step."""
+        self.steps_used += 1
+        return self._loss_fn(output, target)
+
+    def train_data(self, n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``n`` training examples (all when ``n`` is None), as the run saw them."""
+        stop = len(self._y) if n is None else n
+        return self._X[:stop], self._y[:stop]
+
+    def __repr__(self) -> str:
+        return f"Probe(train_examples={len(self._y)}, steps_used={self.steps_used})"
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """One finished training run, as a diagnoser sees it."""
+
+    task: str  # the task's name (a practitioner knows their task)
+    seed: int  # the run's seed, for diagnosers that randomize
+    trace: Trace  # everything the loop recorded
+    config: RunConfig  # what is observable without running anything
+    probe: Probe | None = None  # None when the run cannot be rebuilt (a user's loop)
+
+    def __repr__(self) -> str:
+        return f"Run(task={self.task!r}, seed={self.seed}, steps={self.trace.steps})"

@@ -1,0 +1,298 @@
+"""Tasks: a labelled data set split and normalized once, plus the training defaults.
+
+A task is the thing a diagnoser may be *tuned on*; keeping its name stable is
+what lets a report say "tuned-on" or "held-out" honestly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from faultbench.core.errors import FaultbenchError
+from faultbench.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class TrainDefaults:
+    """How a healthy run of a task is trained."""
+
+    hidden: int = 64  # width of the single ReLU hidden layer
+    lr: float = 1e-3  # Adam's learning rate, a working rate for these tasks
+    batch_size: int = 32  # examples per update
+    steps: int = 600  # optimizer updates per run
+    architecture: str = "mlp"  # model recipe: "mlp", "cnn" (images) or "gru" (token ids)
+    image_side: int = 0  # side of the square images a "cnn" reads from each row
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """A classification task: normalized train/validation arrays and defaults.
+
+    Build one with :meth:`from_arrays`; registered tasks are built by
+    ``faultbench.datasets`` and looked up by name with :func:`get_task`.
+    """
+
+    name: str  # how reports and ``tuned_on`` refer to the task
+    X_train: np.ndarray  # float32, normalized with training statistics
+    y_train: np.ndarray  # int64 class indices
+    X_val: np.ndarray  # float32, normalized with the same statistics
+    y_val: np.ndarray  # int64 class indices
+    classes: tuple[Any, ...]  # original label of each class index
+    defaults: TrainDefaults = field(default_factory=TrainDefaults)
+    inapplicable: Mapping[str, str] = field(default_factory=dict)  # fault -> why it cannot apply
+
+    @property
+    def n_classes(self) -> int:
+        """Number of classes."""
+        return len(self.classes)
+
+    @property
+    def n_features(self) -> int:
+        """Number of input features."""
+        return int(self.X_train.shape[1])
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the arrays and defaults: part of every run's cache key."""
+        return _fingerprint(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Task({self.name!r}, train={len(self.y_train)}, val={len(self.y_val)}, "
+            f"features={self.n_features}, classes={self.n_classes})"
+        )
+
+    @classmethod
+    def from_arrays(
+        cls,
+        name: str,
+        X: Any,
+        y: Sequence[Hashable] | np.ndarray,
+        *,
+        val_fraction: float = 0.2,
+        split_seed: int = 0,
+        defaults: TrainDefaults | None = None,
+        normalize: bool = True,
+    ) -> Task:
+        """Turn a user's arrays into a task with the benchmark's split and scaling.
+
+        Args:
+            name: The task's name in reports.
+            X: A 2-D array of finite numbers, one row per example.
+            y: One label per row, of any hashable type (strings are fine).
+            val_fraction: Share of examples held out for validation.
+            split_seed: Seed of the stratified split.
+            defaults: Training defaults; the benchmark's when omitted.
+            normalize: Standardize features with training statistics; turn it
+                off for inputs that are indices (token ids), not magnitudes.
+
+        Returns:
+            The task.
+
+        Raises:
+            FaultbenchError: X is not 2-D, has no feature or is not finite; a
+                label is missing (None or NaN); lengths differ; there is a single
+                class or fewer examples than classes; or a column's values span
+                too wide a range to normalize in float32.
+        """
+        X_arr, labels = _validated(X, y)
+        classes, y_idx = _encode_labels(labels)
+        X_tr, X_va, y_tr, y_va = _split(X_arr, y_idx, val_fraction, split_seed)
+        if normalize:
+            X_tr32, X_va32 = _normalized(X_tr, X_va)
+        else:
+            X_tr32, X_va32 = X_tr.astype(np.float32), X_va.astype(np.float32)
+        return cls(
+            name=name,
+            X_train=X_tr32,
+            y_train=y_tr.astype(np.int64),
+            X_val=X_va32,
+            y_val=y_va.astype(np.int64),
+            classes=classes,
+            defaults=defaults or TrainDefaults(),
+        )
+
+
+def _validated(X: Any, y: Any) -> tuple[np.ndarray, list[Hashable]]:
+    try:
+        X_arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise FaultbenchError(f"X must be a 2-D array of numbers; got {exc}") from None
+    if X_arr.ndim != 2:
+        raise FaultbenchError(f"X must be 2-D (examples x features); got shape {X_arr.shape}")
+    if X_arr.shape[1] == 0:
+        raise FaultbenchError(f"X has no features (shape {X_arr.shape}); expected at least 1")
+    try:
+        y_arr = np.asarray(y, dtype=object)
+    except (TypeError, ValueError) as exc:  # ragged nested lists
+        raise FaultbenchError(f"y must be 1-D, one label per row; got {exc}") from None
+    if y_arr.ndim != 1:
+        raise FaultbenchError(f"y must be 1-D, one label per row; got shape {y_arr.shape}")
+    labels = list(y_arr)
+    if len(labels) != len(X_arr):
+        raise FaultbenchError(
+            f"X has {len(X_arr)} rows but y has {len(labels)} labels; expected equal lengths"
+        )
+    bad = ~np.isfinite(X_arr)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise FaultbenchError(
+            f"X must be finite; found {X_arr[row, col]} at row {row}, column {col} "
+            f"({int(bad.sum())} non-finite values in all)"
+        )
+    missing = [i for i, lab in enumerate(labels) if lab is None or _is_nan(lab)]
+    if missing:
+        raise FaultbenchError(
+            f"y has a missing label ({labels[missing[0]]!r}) at row {missing[0]} "
+            f"({len(missing)} in all); expected a label for every row"
+        )
+    try:
+        n_classes = len(set(labels))
+    except TypeError as exc:
+        raise FaultbenchError(f"y labels must be hashable (numbers or strings); {exc}") from None
+    if n_classes < 2:
+        raise FaultbenchError(f"y has {n_classes} class; expected at least 2 classes")
+    if len(labels) < 2 * n_classes:
+        raise FaultbenchError(
+            f"{len(labels)} examples for {n_classes} classes; expected at least "
+            f"{2 * n_classes} (two per class: one to train on, one to validate)"
+        )
+    counts = Counter(labels)
+    rare = min(counts, key=lambda label: counts[label])
+    if counts[rare] < 2:
+        raise FaultbenchError(
+            f"class {rare!r} has {counts[rare]} example; expected at least 2 per class "
+            "(one to train on, one to validate)"
+        )
+    return X_arr, labels
+
+
+def _is_nan(label: object) -> bool:
+    # NaN is not equal to itself, so it would make a new class per row.
+    return isinstance(label, (float, np.floating)) and bool(np.isnan(label))
+
+
+def _normalized(X_tr: np.ndarray, X_va: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both splits standardized with the training statistics, as float32."""
+    with np.errstate(all="ignore"):  # overflow is checked below
+        mean = X_tr.mean(axis=0)
+        std = X_tr.std(axis=0)
+    overflow = ~(np.isfinite(mean) & np.isfinite(std))
+    if overflow.any():
+        col = int(np.argmax(overflow))
+        raise FaultbenchError(
+            f"X column {col} is too large to normalize: its training mean/spread overflow "
+            f"(largest magnitude {np.abs(X_tr[:, col]).max():g}); expected values below 1e150"
+        )
+    # Constant features (digits' blank corners) stay at 0 (std 1). A spread that
+    # is only rounding noise next to the column's size would blow validation
+    # values up past float32, so such a column is scaled by its size instead.
+    size = np.abs(X_tr).max(axis=0)
+    noise = (std > 0) & (std <= 1e-12 * size)
+    std[noise] = size[noise]
+    std[std == 0] = 1.0
+    with np.errstate(all="ignore"):
+        out = ((X_tr - mean) / std).astype(np.float32), ((X_va - mean) / std).astype(np.float32)
+    for arr, raw in zip(out, (X_tr, X_va), strict=True):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise FaultbenchError(
+                f"X column {col} spans too wide a range to normalize in float32: "
+                f"{raw[row, col]:g} against a training mean {mean[col]:g} and spread "
+                f"{std[col]:g}; "
+                "expected values that can be rescaled, e.g. below 1e150 in magnitude"
+            )
+    return out
+
+
+def _encode_labels(labels: list[Hashable]) -> tuple[tuple[Any, ...], np.ndarray]:
+    unique = list(dict.fromkeys(labels))  # first-appearance order for unsortable mixes
+    with contextlib.suppress(TypeError):  # unsortable mixes keep first-appearance order
+        unique = sorted(unique)  # type: ignore[type-var]
+    index = {label: i for i, label in enumerate(unique)}
+    classes = tuple(u.item() if isinstance(u, np.generic) else u for u in unique)
+    return classes, np.array([index[label] for label in labels], dtype=np.int64)
+
+
+def _split(
+    X: np.ndarray, y: np.ndarray, val_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    if not 0.0 < val_fraction < 1.0:
+        raise FaultbenchError(f"val_fraction must be in (0, 1); got {val_fraction}")
+    n_classes = int(y.max()) + 1
+    # Every class has two examples (checked), so a stratified split with room
+    # for each class on both sides always exists: no class is missing from training.
+    n_val = min(max(n_classes, round(len(y) * val_fraction)), len(y) - n_classes)
+    from sklearn.model_selection import train_test_split  # here: `import faultbench` stays light
+
+    X_tr, X_va, y_tr, y_va = train_test_split(X, y, test_size=n_val, random_state=seed, stratify=y)
+    return X_tr, X_va, y_tr, y_va
+
+
+def _fingerprint(task: Task) -> str:
+    cached = task.__dict__.get("_fingerprint")
+    if cached is not None:
+        return str(cached)
+    digest = hashlib.sha256()
+    for arr in (task.X_train, task.y_train, task.X_val, task.y_val):
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    digest.update(repr((task.name, task.classes, task.defaults)).encode())
+    value = digest.hexdigest()[:16]
+    object.__setattr__(task, "_fingerprint", value)  # frozen, but a pure cache
+    return value
+
+
+#: Registered task builders, looked up by name.
+TASKS: Registry[Callable[[], Task]] = Registry(
+    "task",
+    builtin="faultbench.datasets",
+    group="faultbench.tasks",
+    adapt=lambda name, obj: _task_builder(obj),
+)
+
+
+def _task_builder(obj: object) -> Callable[[], Task]:
+    """A plug-in's task: a ``Task``, or a function of no arguments that returns one."""
+    if isinstance(obj, Task):
+        return lambda: obj
+    if not callable(obj):
+        raise TypeError(f"expected a Task or a function returning one; got {type(obj).__name__}")
+
+    @functools.wraps(obj)  # keeps the builder's docstring: `faultbench list` shows it
+    def build() -> Task:
+        task = obj()
+        if not isinstance(task, Task):
+            raise FaultbenchError(f"task plug-in returned {type(task).__name__}, expected Task")
+        return task
+
+    return build
+
+
+def get_task(task: str | Task) -> Task:
+    """Return ``task`` itself, or build the registered task of that name (once)."""
+    if isinstance(task, Task):
+        return task
+    if not isinstance(task, str):
+        raise FaultbenchError(f"task must be a name or a Task; got {type(task).__name__}")
+    builder = TASKS.get(task)
+    return _built(task, builder)
+
+
+@cache
+def _built(name: str, builder: Callable[[], Task]) -> Task:
+    return builder()
+
+
+def task_names() -> list[str]:
+    """Names of the registered tasks."""
+    return TASKS.names()

@@ -1,0 +1,1 @@
+"""Side tools that reuse the pipeline: doctor, preflight, devices, bench, conformance checks."""

@@ -1,0 +1,258 @@
+"""Diagnose a monitored run and say whether a bigger machine would help.
+
+A bigger machine pays only when the job is already sound and already uses the
+machine it has. The upgrade checklist therefore asks four things, each with a
+measured value, a threshold and a verdict; a question that this machine (or the
+trace) cannot answer says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from faultbench.core.errors import FaultbenchError
+from faultbench.scoring.diagnosis import Diagnoser, Diagnosis, get_diagnoser
+from faultbench.scoring.run import Probe, Run
+from faultbench.training.monitor import Monitor
+
+PASS, FAIL, UNMEASURED = "pass", "fail", "not measured"
+MEMORIZE_EXAMPLES = 16  # a batch small enough that any working model can memorize it
+MEMORIZE_STEPS = 300  # probe steps allowed to reach 100% on that batch
+MAX_WAIT_SHARE = 0.5  # above this the loader, not the accelerator, sets the pace
+MIN_UTILIZATION = 80  # percent of time the GPU must be busy to call it busy
+NO_PROBE_NOTE = "no probe given: only the passive checks (the trace) ran"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the upgrade checklist."""
+
+    name: str  # what must hold before a bigger machine makes sense
+    measured: str  # the value found, or why none could be
+    threshold: str  # what passing means
+    verdict: str  # "pass", "fail" or "not measured"
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """The diagnosis of a run and its upgrade checklist; ``str()`` is the printed report."""
+
+    diagnosis: Diagnosis  # the diagnoser's answer, with its evidence
+    diagnoser: str  # the diagnoser's name
+    checks: tuple[Check, ...]  # the upgrade checklist, in order
+    passive_only: bool  # True when no probe was available
+
+    @property
+    def upgrade(self) -> str:
+        """``"yes"`` when every check passes, ``"no"`` when one fails, else ``"undecided"``."""
+        verdicts = {c.verdict for c in self.checks}
+        if FAIL in verdicts:
+            return "no"
+        return "yes" if verdicts == {PASS} else "undecided"
+
+    def table(self) -> pd.DataFrame:
+        """The checklist as a table."""
+        return pd.DataFrame([dataclasses.asdict(c) for c in self.checks])
+
+    def __str__(self) -> str:
+        d = self.diagnosis
+        conf = "" if d.confidence is None else f" (confidence {d.confidence:.2f})"
+        lines = [f"diagnosis: {d.label}{conf}  [diagnoser: {self.diagnoser}]"]
+        if self.passive_only:
+            lines.append(f"note: {NO_PROBE_NOTE}")
+        lines += [f"  {k}: {_short(v)}" for k, v in d.evidence.items()]
+        lines += ["", "upgrade checklist (a bigger machine makes sense only if every line passes):"]
+        lines.append(_left_aligned(self.table()))
+        lines.append(f"bigger machine: {self.upgrade}")
+        if d.label != "healthy":
+            lines.append(f"fix '{d.label}' first: a bigger machine does not fix a bug")
+        return "\n".join(lines)
+
+
+def run_of(
+    monitor: Monitor, *, probe: Probe | None = None, task: str = "user", seed: int = 0
+) -> Run:
+    """The :class:`Run` a diagnoser is handed for a monitored loop."""
+    return Run(task, seed, monitor.trace(), monitor.config(), probe)
+
+
+def diagnose_monitor(
+    monitor: Monitor, diagnoser: str | Diagnoser = "rules", *, probe: Probe | None = None
+) -> Diagnosis:
+    """Diagnose the loop ``monitor`` watched .
+
+    Args:
+        monitor: The monitor of a finished (or paused) loop.
+        diagnoser: A registered name, ``module:Class`` or a diagnoser object.
+        probe: Lets active checks retrain the model; see :meth:`Probe.from_user`.
+
+    Returns:
+        The diagnosis; without a probe its evidence says only passive checks ran.
+
+    Raises:
+        FaultbenchError: an unknown diagnoser, or a monitor that saw no step.
+    """
+    return _diagnose(run_of(monitor, probe=probe), get_diagnoser(diagnoser))
+
+
+def _diagnose(run: Run, diag: Diagnoser) -> Diagnosis:
+    if run.trace.steps == 0:
+        raise FaultbenchError(
+            "the monitor recorded 0 steps; expected monitor.step(loss) after each optimizer.step()"
+        )
+    answer = diag.diagnose(run)
+    if run.probe is None and "probe" not in answer.evidence:
+        answer = dataclasses.replace(answer, evidence={**answer.evidence, "probe": NO_PROBE_NOTE})
+    return answer
+
+
+def doctor(
+    monitor_or_run: Monitor | Run,
+    diagnoser: str | Diagnoser = "rules",
+    *,
+    probe: Probe | None = None,
+    oom_after_cheap_fixes: bool | None = None,
+) -> DoctorReport:
+    """Diagnose a run and check whether a bigger machine would pay.
+
+    Args:
+        monitor_or_run: A :class:`Monitor` of the user's loop, or a benchmark :class:`Run`.
+        diagnoser: A registered name, ``module:Class`` or a diagnoser object.
+        probe: For a Monitor: lets the diagnoser and the memorization check
+            retrain the model. A Run carries its own probe.
+        oom_after_cheap_fixes: Your answer to "did memory still run out after a
+            smaller microbatch, shorter sequences, activation checkpointing and
+            adapters?"; the trace cannot tell, so None leaves it unmeasured.
+
+    Returns:
+        The report; ``print(report)`` shows the diagnosis and the checklist.
+    """
+    if isinstance(monitor_or_run, Monitor):
+        run = run_of(monitor_or_run, probe=probe)
+        device = _device_of(monitor_or_run.model)
+    elif isinstance(monitor_or_run, Run):
+        run = monitor_or_run if probe is None else dataclasses.replace(monitor_or_run, probe=probe)
+        device = None
+    else:
+        raise FaultbenchError(
+            f"doctor() needs a Monitor or a Run; got {type(monitor_or_run).__name__}"
+        )
+    diag = get_diagnoser(diagnoser)
+    diagnosis = _diagnose(run, diag)
+    checks = (
+        memorize_check(run),
+        validation_check(run),
+        wait_check(run),
+        accelerator_check(device),
+        memory_check(oom_after_cheap_fixes),
+    )
+    return DoctorReport(diagnosis, diag.name, checks, run.probe is None)
+
+
+def memorize_check(run: Run) -> Check:
+    """Can a fresh copy of the model reach 100% on a tiny batch through the probe?"""
+    name, threshold = (
+        "memorizes a small batch",
+        f"100% of {MEMORIZE_EXAMPLES} in {MEMORIZE_STEPS} steps",
+    )
+    if run.probe is None:
+        return Check(name, "no probe", threshold, UNMEASURED + ": no probe")
+    X, y = run.probe.train_data(MEMORIZE_EXAMPLES)
+    model = run.probe.make_model()
+    model.train()
+    # The run's own learning rate: memorizing fails at a rate the loop cannot use either.
+    optimizer = torch.optim.Adam(model.parameters(), lr=run.config.lr)
+    acc = 0.0
+    for step in range(1, MEMORIZE_STEPS + 1):
+        optimizer.zero_grad()
+        out = model(X)
+        run.probe.loss(out, y).backward()
+        optimizer.step()
+        acc = float((out.detach().argmax(dim=1) == y).float().mean())
+        if acc == 1.0:
+            return Check(name, f"100% after {step} steps", threshold, PASS)
+    return Check(name, f"{acc:.0%} after {MEMORIZE_STEPS} steps", threshold, FAIL)
+
+
+def validation_check(run: Run) -> Check:
+    """Did validation accuracy rise from the first evaluation to the last?"""
+    name, threshold = "validation improves", "last val acc > first"
+    val = run.trace.val_acc
+    if len(val) < 2:
+        return Check(
+            name,
+            f"{len(val)} evaluation(s) logged",
+            threshold,
+            UNMEASURED + ": log_eval() at least twice",
+        )
+    first, last = float(val[0]), float(val[-1])
+    verdict = PASS if last > first else FAIL
+    return Check(name, f"{first:.3f} -> {last:.3f}", threshold, verdict)
+
+
+def wait_check(run: Run) -> Check:
+    """Is the share of step time spent waiting for data low?"""
+    name, threshold = "data wait is low", f"wait share < {MAX_WAIT_SHARE:g}"
+    if float(run.trace.wait_seconds.sum() + run.trace.compute_seconds.sum()) == 0.0:
+        return Check(name, "no timings", threshold, UNMEASURED + ": no step timings")
+    share = run.trace.wait_share
+    return Check(name, f"{share:.2f}", threshold, PASS if share < MAX_WAIT_SHARE else FAIL)
+
+
+def accelerator_check(device: torch.device | None) -> Check:
+    """Is the accelerator busy? Only answerable where there is one and a counter for it."""
+    name, threshold = "accelerator is busy", f"GPU utilization >= {MIN_UTILIZATION}%"
+    if not torch.cuda.is_available():
+        mps = getattr(torch.backends, "mps", None)
+        why = "no utilization counter for MPS" if mps and mps.is_available() else "no accelerator"
+        return Check(name, why, threshold, f"{UNMEASURED}: {why}")
+    if device is not None and device.type != "cuda":
+        return Check(name, f"model on {device.type}, GPU idle", threshold, FAIL)
+    try:
+        percent = int(torch.cuda.utilization())  # sampled now, over the driver's last window
+    except Exception as exc:  # needs pynvml / amdsmi; absent on many installs
+        return Check(name, "no counter", threshold, f"{UNMEASURED}: {type(exc).__name__}")
+    return Check(
+        name, f"{percent}% (sampled now)", threshold, PASS if percent >= MIN_UTILIZATION else FAIL
+    )
+
+
+def memory_check(oom_after_cheap_fixes: bool | None) -> Check:
+    """Did memory run out even after the cheaper fixes? Only the user can say."""
+    name = "memory ran out after cheaper fixes"
+    threshold = "yes, despite the cheaper fixes"
+    if oom_after_cheap_fixes is None:
+        return Check(
+            name, "not in the trace", threshold, f"{UNMEASURED} from the trace: answer it yourself"
+        )
+    measured = "yes (you said)" if oom_after_cheap_fixes else "no (you said)"
+    return Check(name, measured, threshold, PASS if oom_after_cheap_fixes else FAIL)
+
+
+def _left_aligned(table: pd.DataFrame) -> str:
+    # Text columns read better left-aligned; pandas right-aligns by default.
+    widths = {c: max(len(c), *(len(str(v)) for v in table[c])) for c in table}
+    formatters = {c: (lambda v, w=w: str(v).ljust(w)) for c, w in widths.items()}
+    return table.to_string(index=False, justify="left", formatters=formatters)
+
+
+def _device_of(model: torch.nn.Module) -> torch.device | None:
+    param = next(model.parameters(), None)
+    return param.device if param is not None else None
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, np.ndarray):
+        return np.array2string(value, precision=4, threshold=8)
+    return str(value)

@@ -1,0 +1,1 @@
+"""Training and monitoring: the model recipes, the one loop, the Monitor and its trace."""

@@ -1,0 +1,141 @@
+"""The one training loop every condition runs through (nanoGPT-style: flat, flags)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from faultbench.faults.fault import RunSetup
+from faultbench.training.model import BatchStream, build_model
+from faultbench.training.monitor import Monitor, pack_layers
+from faultbench.training.trace import RunConfig, Trace
+
+# Evaluations per run, evenly spaced (every 60 steps of the default 600, about
+# 1.3 epochs of digits). The diagnosers read the last one (doctor's check also
+# the first); the others draw the accuracy curves. Twenty cost about 2% more
+# time per step than ten (faultbench bench, figure 1), which the recording-
+# overhead goal cannot spare.
+EVALUATIONS = 10
+TRAIN_EVAL_SAMPLE = 512  # training examples scored at each evaluation
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one training run produced."""
+
+    trace: Trace | None  # None when trained with ``record=False``
+    config: RunConfig | None  # None when trained with ``record=False``
+    seconds: float  # wall time of the loop, evaluations included
+
+
+def train(setup: RunSetup, *, record: bool = True, evaluate: bool | None = None) -> TrainResult:
+    """Train one run. ``record=False`` is the bare loop the benchmark compares against.
+
+    ``evaluate`` (default: as ``record``) runs the periodic evaluations even
+    without a monitor, which lets the benchmark price them apart.
+    """
+    evaluate = record if evaluate is None else evaluate
+    start = time.perf_counter()
+    model = build_model(setup)
+    pack_layers(model)  # same numbers; lets the monitor read a step's tensors in place
+    trainable = [
+        p for name, p in model.named_parameters() if name.split(".")[0] not in setup.frozen_layers
+    ]
+    optimizer = torch.optim.Adam(trainable, lr=setup.lr)
+    stream = BatchStream(
+        setup.X_train,
+        setup.y_train,
+        batch_size=setup.batch_size,
+        seed=setup.seed,
+        delay=setup.batch_delay,
+    )
+    monitor = Monitor(model, optimizer) if record else None
+    batches = monitor.batches(stream) if monitor else iter(stream)
+    eval_every = max(1, setup.steps // EVALUATIONS)
+    state = [*model.parameters(), *model.buffers()]  # what an evaluation depends on
+    snapshots: list[tuple[int, list[torch.Tensor]]] = []
+    for step in range(1, setup.steps + 1):
+        xb, yb = next(batches)
+        loss = F.cross_entropy(model(xb), yb)
+        if setup.zero_grad:
+            # The model's, so frozen layers' gradients are cleared too; in place,
+            # so the gradients stay where pack_layers put them.
+            model.zero_grad(set_to_none=False)
+        loss.backward()
+        optimizer.step()
+        if monitor is not None:
+            monitor.step(loss)
+        if evaluate and (step % eval_every == 0 or step == setup.steps):
+            snapshots.append((step, [t.detach().clone() for t in state]))
+    _evaluate_snapshots(model, state, snapshots, _Scorer(setup), monitor)
+    if monitor is None:
+        return TrainResult(None, None, time.perf_counter() - start)
+    monitor.close()
+    return TrainResult(monitor.trace(), monitor.config(), time.perf_counter() - start)
+
+
+def _evaluate_snapshots(
+    model: nn.Module,
+    state: list[torch.Tensor],
+    snapshots: list[tuple[int, list[torch.Tensor]]],
+    scorer: _Scorer,
+    monitor: Monitor | None,
+) -> None:
+    """Score the weights saved during training, once training is over.
+
+    The same numbers as evaluating at those steps (same weights, same data,
+    same operations), but an evaluation in the middle of training pushes the
+    training step's data and code out of the caches, so the steps after it
+    run slower (on digits, for about as long again as the evaluation itself
+    took). The last snapshot is the final weights, so the model ends as
+    training left it.
+    """
+    if not snapshots:
+        return
+    model.eval()  # once for all of them
+    with torch.inference_mode():
+        for step, saved in snapshots:
+            for tensor, value in zip(state, saved):
+                tensor.copy_(value)
+            scores = scorer(model)
+            if monitor is not None:
+                monitor.log_eval(**scores, step=step)
+    model.train()
+
+
+class _Scorer:
+    """The evaluation, with its data prepared once instead of at every call.
+
+    The training sample and the validation set go through the model in one
+    forward pass: the benchmark's model is small, so the fixed cost of each
+    call is a large part of the evaluation's cost.
+    """
+
+    def __init__(self, setup: RunSetup) -> None:
+        n = min(TRAIN_EVAL_SAMPLE, len(setup.y_train))
+        self.n_train, self.n_val = n, len(setup.y_val)
+        self.X = torch.from_numpy(np.concatenate([setup.X_train[:n], setup.X_val]))
+        self.y = np.concatenate([setup.y_train[:n], setup.y_val])
+        self.y_val = torch.from_numpy(self.y[n:])
+
+    @torch.inference_mode()
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        """Score ``model`` as it is (put it in eval mode first)."""
+        logits = model(self.X)
+        # numpy's argmax: the same indices as torch's (first maximum, NaN
+        # first), at a third of the cost on a few hundred rows of ten classes.
+        hits = logits.numpy().argmax(axis=1) == self.y
+        n = self.n_train
+        return {
+            "train_acc": int(np.count_nonzero(hits[:n])) / n,
+            "val_acc": int(np.count_nonzero(hits[n:])) / self.n_val if self.n_val else float("nan"),
+            # Classes along dim 1 of a (1, classes, examples) view: the same
+            # loss (to the last bit, nearly always), but torch's CPU log-softmax is
+            # several times faster over a strided dim than over a short last one.
+            "val_loss": float(F.cross_entropy(logits.t()[None, :, n:], self.y_val[None])),
+        }
