@@ -353,7 +353,7 @@ class LossState:
 
 def check_loss_curve(state: LossState) -> list[Alert]:
     """The periods' losses: stagnating, diverging from their minimum, or fluctuating."""
-    losses, alerts = state.losses, []
+    losses, alerts = state.losses, list[Alert]()
     n = len(losses)
     if n >= WINDOW:
         last = np.asarray(losses[-WINDOW:], dtype=np.float64)
@@ -362,9 +362,9 @@ def check_loss_curve(state: LossState) -> list[Alert]:
             relative = last / state.lowest
             rates = relative[1:] / relative[:-1]
         if bool((drops < LOSS_DECREASE).all()):
-            alerts.append(("stagnated_loss", {"drops": drops}))
+            alerts.append(("stagnated_loss", {"drops": drops.tolist()}))
         if bool((rates >= LOSS_DIVERGING).all()):
-            alerts.append(("div_loss", {"rates": rates}))
+            alerts.append(("div_loss", {"rates": rates.tolist()}))
     smooth = smoothness(np.asarray(losses[-FLUCTUATION_WINDOW:], dtype=np.float64))
     if smooth < SMOOTHNESS_MIN:
         alerts.append(("fluctuated_loss", {"smoothness": smooth}))

@@ -313,7 +313,8 @@ def make_optimizer(run: Run, params: Sequence[torch.nn.Parameter]) -> torch.opti
     cls = getattr(torch.optim, run.config.optimizer, None)
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
         return None
-    return cls(params, lr=run.config.lr)
+    optimizer: torch.optim.Optimizer = cls(params, lr=run.config.lr)  # type: ignore[call-arg]
+    return optimizer
 
 
 @contextmanager

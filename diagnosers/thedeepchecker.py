@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,7 +213,7 @@ def _tensors(model: nn.Module) -> tuple[dict[str, nn.Parameter], dict[str, nn.Pa
     return weights, biases
 
 
-def _numpy(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+def _numpy(tensors: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {k: v.detach().double().numpy() for k, v in tensors.items()}
 
 
