@@ -121,6 +121,24 @@ PRIORITY = {  # modules.problem_evaluation: the higher one is reported
 }
 
 
+#: Every rule the port can name in ``evidence["fired"]``: the features, then the problems.
+RULES: tuple[str, ...] = (
+    "nan_loss",
+    "abnormal_loss",
+    "unstable_loss",
+    "not_converge",
+    "slow_convergence",
+    "vanishing_gradient",
+    "exploding_gradient",
+    "dying_relu",
+    "nan_gradient",
+    "nan_weight",
+    "output_activation",
+    "abnormal_output",
+    *PRIORITY,
+)
+
+
 @dataclass(frozen=True)
 class Internals:
     """What the monitor reads off the model: first-batch gradients and layer outputs."""

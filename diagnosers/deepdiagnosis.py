@@ -134,6 +134,13 @@ FIXES: dict[str, str | None] = {
 }
 
 
+#: Every rule the port can name in ``evidence["fired"]``: the symptoms, then the fixes.
+RULES: tuple[str, ...] = (
+    *(s for s in SYMPTOMS if s != NO_SYMPTOM),
+    *(f"fix: {f}" for f in FIXES),
+)
+
+
 @dataclass(frozen=True)
 class Context:
     """What the checks read: the history, the probe's first batch, the model's layers."""

@@ -154,6 +154,10 @@ SYMPTOMS: dict[str, str] = {
 }
 
 
+#: Every rule the port can name in ``evidence["fired"]``.
+RULES: tuple[str, ...] = tuple(s for s in SYMPTOMS if s != NO_SYMPTOM)
+
+
 @dataclass(frozen=True)
 class Logged:
     """One warning as TheDeepChecker logs it."""

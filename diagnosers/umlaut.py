@@ -96,6 +96,10 @@ SYMPTOMS: dict[str, str] = {
     NO_SYMPTOM: HEALTHY,
 }
 
+#: Every rule the port can name in ``evidence["fired"]``.
+RULES: tuple[str, ...] = tuple(s for s in SYMPTOMS if s != NO_SYMPTOM)
+
+
 # -- before training ------------------------------------------------------------------
 
 

@@ -8,8 +8,8 @@ real digits runs with the rule that decided named in their evidence.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +45,12 @@ from faultbench.tasks.task import get_task
 from faultbench.tools.checks import run_checks
 
 PORTS = ("autotrainer", "deepdiagnosis", "umlaut", "thedeepchecker")
+RULES = {
+    "autotrainer": at.RULES,
+    "deepdiagnosis": dd.RULES,
+    "umlaut": um.RULES,
+    "thedeepchecker": tdc.RULES,
+}
 TABLES = {
     "autotrainer": at.SYMPTOMS,
     "deepdiagnosis": dd.SYMPTOMS,
@@ -748,7 +754,7 @@ def test_thedeepchecker_label_balance_matches_its_formula() -> None:
 
 def test_thedeepchecker_samples_int_size_over_classes_per_class() -> None:
     programme = tdc._Programme(run(probe=tiny_probe()), tiny_probe())
-    X, y = programme.sample(16)
+    _, y = programme.sample(16)
     assert len(y) == 3 * (16 // 3) and np.bincount(y.numpy()).tolist() == [5, 5, 5]
 
 
@@ -789,3 +795,4 @@ def test_port_answers_real_digits_runs_naming_its_rule(digits_grid, name: str) -
         outcome = diagnose_safely(diagnoser, run_for(digits_grid[(condition, 0)], task))
         assert outcome.status == "ok", outcome.message
         assert outcome.evidence["rule"] and outcome.evidence["table_label"] in TABLES[name].values()
+        assert set(outcome.evidence["fired"]) <= set(RULES[name])
