@@ -24,10 +24,14 @@ unstable 1; ties go to the one raised first). No problem at any check: healthy.
 * ``unstable_loss``: training accuracy oscillates: pairing the i-th local peak with the
   i-th local trough, at least η = 0.2 × epochs pairs differ by ζ = 0.03 or more
   (``ol_judge``).
-* ``not_converge``: best validation and best training accuracy both below Θ = 0.7.
+* ``not_converge``: best validation and best training accuracy both below Θ = 0.7
+  (0.6 in the repository's demo). Sticky like every flag: a first epoch below Θ leaves
+  it raised for the rest of the run.
 * ``slow_convergence``: the largest epoch-to-epoch gain is below δ = 0.01 on both
   training and validation accuracy (``sc_accuracy``). As published, a history of one
   epoch has no gain, so the flag is raised at the first check and stays raised.
+* The convergence features are judged once the history holds at least
+  0.3 × epochs − 3 epochs (``judgment_point``; always, with ten epochs).
 * ``vanishing_gradient``: ‖∇W_first‖/‖∇W_last‖ < β1 = 1e-3 and ‖∇W_first‖ < β2 = 1e-4,
   over the weight matrices and kernels (parameters with two or more dimensions, as
   Keras's kernels; embeddings left out, as Keras hands them as sparse slices).

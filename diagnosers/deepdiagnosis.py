@@ -19,7 +19,8 @@ faultbench's faults, else with the symptom's (tables in docs/ports.md). Per epoc
 3. Metrics: invalid loss (NaN, infinite), loss not decreasing (every N epochs, the
    last N epoch losses identical), invalid accuracy (NaN, infinite or 0), accuracy not
    increasing (every FRQ = 20 epochs, the last 20 identical: faultbench's ten epochs
-   never reach it, nor would ten Keras epochs).
+   never reach it, nor would ten Keras epochs). "Identical" is the published
+   ``mean == max``, compared exactly.
 4. Per weighted layer, output side first: numerical error in the gradient (its mean
    NaN, infinite or 0), vanishing gradient (mean |∇W| < 1e-7), numerical error in the
    weights (mean NaN, infinite or 0).

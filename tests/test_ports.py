@@ -11,6 +11,7 @@ import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,20 @@ def test_table_maps_every_symptom_to_a_label(name: str) -> None:
     table = TABLES[name]
     assert table[pub.NO_SYMPTOM] == "healthy"
     assert set(table.values()) <= {*condition_names(), pub.OTHER_FAULT}
+
+
+def _doc_row(key: str, label: str | None) -> str:
+    return f"| `{key}` | " + (f"`{label}` |" if label is not None else "(the symptom decides) |")
+
+
+@pytest.mark.parametrize("name", PORTS)
+def test_docs_show_the_table_as_the_module_holds_it(name: str) -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "ports.md").read_text()
+    tables: list[dict[str, str | None]] = [dict(TABLES[name])]
+    if name == "deepdiagnosis":
+        tables.append(dict(dd.FIXES))
+    missing = [_doc_row(k, v) for t in tables for k, v in t.items() if _doc_row(k, v) not in doc]
+    assert not missing
 
 
 def test_deepdiagnosis_fixes_name_labels_or_defer_to_the_symptom() -> None:
