@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from faultbench.diagnosers.autotrainer import AutoTrainer
 from faultbench.diagnosers.baselines import AlwaysHealthy, RandomDiagnoser
+from faultbench.diagnosers.deepdiagnosis import DeepDiagnosis
 from faultbench.diagnosers.learned import LearnedDiagnoser
 from faultbench.diagnosers.rules import RulesDiagnoser
 from faultbench.diagnosers.rules_v1 import RulesV1Diagnoser
+from faultbench.diagnosers.thedeepchecker import TheDeepChecker
+from faultbench.diagnosers.umlaut import Umlaut
 
 __all__ = [
     "AlwaysHealthy",
+    "AutoTrainer",
+    "DeepDiagnosis",
     "LearnedDiagnoser",
     "RandomDiagnoser",
     "RulesDiagnoser",
     "RulesV1Diagnoser",
+    "TheDeepChecker",
+    "Umlaut",
 ]
