@@ -158,3 +158,16 @@ class Probing(_Base):
         for _ in range(run.seed + 3):
             run.probe.loss(model(X), y)
         return Diagnosis("healthy")
+
+
+class CrashesOnSeedZero(_Base):
+    """Takes its process down on seed 0 and answers on every other seed."""
+
+    name = "crashes-on-seed-zero"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        import os
+
+        if run.seed == 0:
+            os._exit(3)
+        return Diagnosis("healthy")
