@@ -28,6 +28,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer of at least 0 (a seed), else one clear line (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer of at least 0; got '{text}'"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 0; got {value}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     """argparse type: a positive, finite number of seconds, else one clear line (exit 2)."""
     try:
