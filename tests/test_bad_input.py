@@ -189,10 +189,12 @@ def test_evaluate_refuses_a_timeout_that_is_no_positive_number(timeout):
         evaluate("always-healthy", "digits", seeds=1, timeout=timeout)
 
 
+TIMEOUT_ZERO = ("--diagnoser", "rules", "--timeout", "0")
+
+
 def test_timeout_zero_through_a_real_process():
     proc = subprocess.run(
-        [sys.executable, "-m", "faultbench", "run", "--task", "digits"]
-        + ["--diagnoser", "rules", "--timeout", "0"],
+        [sys.executable, "-m", "faultbench", *("run", "--task", "digits"), *TIMEOUT_ZERO],
         capture_output=True,
         text=True,
         timeout=120,

@@ -249,7 +249,7 @@ def test_ctrl_c_stops_a_diagnosis_stuck_in_c_and_its_worker(digits_grid, shared_
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=15)
     assert proc.returncode == 130 and "faultbench: interrupted" in err
-    gone, alive = psutil.wait_procs(workers, timeout=5)
+    _, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive
 
 
