@@ -62,13 +62,28 @@ def data_wait(run: Run) -> Finding:
 
 
 def frozen_layer(run: Run) -> Finding:
-    """frozen_layer: a layer that received gradients ended exactly where it started."""
+    """frozen_layer: a layer ended exactly where it started, though the network was alive.
+
+    Left out of the optimizer, the layer received gradients and never moved;
+    frozen with ``requires_grad=False``, it received none and never moved while
+    its units fired. (Dead units get no gradient either, but they are silent.)
+    """
+    alive = f.inactive_share(run) <= DEAD_SHARE
     got_grad = {
         k for k, n in run.trace.weight_count.items() if run.trace.no_grad_weights.get(k, 0) < n
     }
-    frozen = sorted(k for k in got_grad if run.trace.weight_change.get(k, math.nan) == 0.0)
+    frozen = sorted(
+        k
+        for k in run.trace.weight_count
+        if run.trace.weight_change.get(k, math.nan) == 0.0 and (k in got_grad or alive)
+    )
     return Finding(
-        bool(frozen), {"unmoved_layers": frozen, "weight_change": run.trace.weight_change}
+        bool(frozen),
+        {
+            "unmoved_layers": frozen,
+            "weight_change": run.trace.weight_change,
+            "inactive_share": f.inactive_share(run),
+        },
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -160,3 +161,37 @@ def test_cli_help_documents_timeout_and_module_code(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--timeout" in text and "seconds one diagnosis may take (default: 60)" in text
     assert "imports and runs that module" in text
+
+
+def _run_cli(store: Path) -> subprocess.Popen[str]:
+    argv = ["run", "--diagnoser", "always-healthy", "--task", "synthetic", "--seeds", "1"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "faultbench", *argv, "--engine", "serial", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FAULTBENCH_STORE": str(store)},
+    )
+
+
+def test_two_concurrent_runs_on_one_store_give_the_report_of_one(tmp_path):
+    store = tmp_path / "shared"
+    first, second = _run_cli(store), _run_cli(store)  # both start on an empty store
+    outputs = [proc.communicate(timeout=600) for proc in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], [err for _, err in outputs]
+    reports = [json.loads(out) for out, _ in outputs]
+    alone = _run_cli(store)  # a third, on its own, once both are done: trains nothing
+    out, err = alone.communicate(timeout=600)
+    assert alone.returncode == 0, err
+    reference = json.loads(out)
+    runs = len(canonical_conditions(task=get_task("synthetic")))
+    assert reference["trained"] == 0
+    assert sum(r["trained"] for r in reports) == runs  # every run trained once, by one of them
+    for report in reports:
+        assert report["notes"] == []  # no broken or half-written record met
+        assert {k: v for k, v in report.items() if k != "trained"} == {
+            k: v for k, v in reference.items() if k != "trained"
+        }
+    attempts = sorted(store.rglob("*.json"))
+    assert len(attempts) == runs  # one attempt per run: none trained twice
+    assert all(record.ok for record in Store(store).records())

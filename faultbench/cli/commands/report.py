@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from faultbench.cli.commands.common import add_execution_arguments, engine_from, positive_int
+from faultbench.cli.commands.common import (
+    add_execution_arguments,
+    engine_from,
+    isolate_from,
+    positive_int,
+    store_from,
+)
+from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load torch or pandas
@@ -22,8 +29,9 @@ if TYPE_CHECKING:  # imported where used: `--help` must not load torch or pandas
 NAME = "report"
 HELP = "regenerate results/ (tables, figures, provenance) from stored runs"
 
-#: Files whose bytes change between two reports of the same runs (dates, seconds).
-VOLATILE = ("README.md", "timings.csv", "timings.md")
+#: Files whose bytes change between two reports of the same runs (dates, seconds):
+#: ``faultbench.reporting.provenance.WALL_CLOCK``, kept here so ``--help`` stays light.
+VOLATILE = ("README.md", "timings.csv", "timings.md", "waits.csv")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,13 +54,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a task to score on; repeat for more (default: every registered)",
     )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write results even though the code has uncommitted changes (the README says so)",
+    )
     add_execution_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Validate the names, score every diagnoser × task, write ``--out``."""
+    """Check every argument and the git tree, score every diagnoser × task, write ``--out``."""
+    from faultbench.reporting.provenance import git_revision, require_clean, source_root
     from faultbench.scoring.diagnosis import diagnoser_names, get_diagnoser
-    from faultbench.storage.store import Store
     from faultbench.tasks.task import get_task, task_names
 
     diagnosers = list(dict.fromkeys(args.diagnoser or diagnoser_names()))
@@ -61,11 +74,15 @@ def main(args: argparse.Namespace) -> int:
         get_diagnoser(name)  # unknown names fail here, before any worker starts
     for name in tasks:
         get_task(name)
-    store = Store(args.store)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise FaultbenchError(f"--out '{out}' is a file; expected a directory for the results")
+    require_clean(source_root(), out=out, allow_dirty=args.allow_dirty)
+    store = store_from(args)
     engine = engine_from(args)
     try:
         written = generate(
-            Path(args.out),
+            out,
             tasks,
             diagnosers,
             seeds=args.seeds,
@@ -73,6 +90,8 @@ def main(args: argparse.Namespace) -> int:
             engine=engine,
             timeout=args.timeout,
             command=_command_line(args),
+            revision=git_revision(out=out),
+            isolate=isolate_from(args),
         )
     finally:
         engine.close()
@@ -83,15 +102,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _command_line(args: argparse.Namespace) -> str:
-    # The README shows the command that regenerates these results; the store is
-    # machine-specific, so it is shown as given rather than resolved.
-    parts = ["faultbench", "report", "--seeds", str(args.seeds), "--out", args.out]
+    # The README shows the command that regenerates these results, and is
+    # committed: a path of this machine (the store, an absolute --out) stays out.
+    out = args.out if not Path(args.out).is_absolute() else Path(args.out).name
+    parts = ["faultbench", "report", "--seeds", str(args.seeds), "--out", out]
     for name in args.task or []:
         parts += ["--task", name]
     for name in args.diagnoser or []:
         parts += ["--diagnoser", name]
-    if args.store:
-        parts += ["--store", args.store]
+    if args.allow_dirty:
+        parts.append("--allow-dirty")
     return shlex.join(parts)
 
 
@@ -105,11 +125,25 @@ def generate(
     engine: Engine | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     command: str = "faultbench report",
+    revision: str = "",
+    isolate: bool | None = None,
 ) -> list[Path]:
     """Score, then write every table, figure and the README under ``out``.
 
     Stored runs are reused and missing ones trained (by the first evaluation of
     each task), so the fault table reads exactly the runs that were scored.
+
+    Args:
+        out: The results directory.
+        tasks: Task names.
+        diagnosers: Diagnoser names.
+        seeds: Seeds per condition.
+        store: Where the records are.
+        engine: Where missing runs train.
+        timeout: Seconds per diagnosis.
+        command: The command line the README shows.
+        revision: The code's git revision, for the README (looked up when empty).
+        isolate: See :func:`faultbench.scoring.evaluate.evaluate`.
 
     Returns:
         The files written, relative to ``out``.
@@ -122,13 +156,21 @@ def generate(
     trained = 0
     for task in tasks:
         for name in diagnosers:
-            result = evaluate(name, task, seeds=seeds, store=store, engine=engine, timeout=timeout)
+            result = evaluate(
+                name,
+                task,
+                seeds=seeds,
+                store=store,
+                engine=engine,
+                timeout=timeout,
+                isolate=isolate,
+            )
             trained += result.trained
             reports.append(result)
         grids[task] = report.load_grid(task, seeds, store)
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
-    timings = provenance.timing_table(reports)
+    timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
     cover, calib = calibration.coverage_frame(reports), calibration.calibration_frame(reports)
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob("confusion/*.png"), *out.glob("curves/*.png")]:
@@ -137,8 +179,7 @@ def generate(
         "faults.md": report.faults_markdown(faults),
         "scores.md": report.scores_markdown(scores, mcnemar),
         "calibration.md": calibration.calibration_markdown(cover, calib),
-        "timings.md": "# Measured timings\n\nWall-clock seconds, measured on the machine in "
-        "README.md; they vary between reports.\n\n" + report.markdown_table(timings) + "\n",
+        "timings.md": _timings_markdown(report.markdown_table, timings, waits),
     }
     frames = {
         "faults.csv": faults,
@@ -147,6 +188,7 @@ def generate(
         "conditions.csv": provenance.conditions_table(),
         "setup.csv": provenance.setup_table(tasks, seeds),
         "timings.csv": timings,
+        "waits.csv": waits,
         "coverage.csv": cover,
         "calibration.csv": calib,
     }
@@ -158,9 +200,37 @@ def generate(
     ]
     written += [figures.curves_figure(t, grids[t], out / "curves" / f"{t}.png") for t in tasks]
     files = sorted(str(p.relative_to(out)) for p in written)
-    readme = provenance.readme(command, ["README.md", *files], grids, trained, str(store.root))
+    readme = provenance.readme(
+        command,
+        ["README.md", *files],
+        grids,
+        trained,
+        revision=revision or provenance.git_revision(out=out),
+    )
     written.append(_write_text(readme, out / "README.md"))
     return sorted(p.relative_to(out) for p in written)
+
+
+def _timings_markdown(
+    table: Callable[[pd.DataFrame], str], timings: pd.DataFrame, waits: pd.DataFrame
+) -> str:
+    return "\n".join(
+        [
+            "# Wall-clock measurements",
+            "",
+            "Measured on the machine in README.md: they vary between reports and machines, and "
+            "no score is computed from them.",
+            "",
+            "## Seconds per diagnosis and per training run",
+            "",
+            table(timings),
+            "",
+            "## Share of step time spent waiting for data (mean ± sd over seeds, last seed)",
+            "",
+            table(waits),
+            "",
+        ]
+    )
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> Path:
