@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from faultbench.diagnosers.baselines import AlwaysHealthy, RandomDiagnoser
+from faultbench.diagnosers.cockpit_tool import CockpitDiagnoser
 from faultbench.diagnosers.learned import LearnedDiagnoser
+from faultbench.diagnosers.lr_range import LRRangeDiagnoser
 from faultbench.diagnosers.rules import RulesDiagnoser
 from faultbench.diagnosers.rules_v1 import RulesV1Diagnoser
+from faultbench.diagnosers.weightwatcher_tool import WeightWatcherDiagnoser
 
 __all__ = [
     "AlwaysHealthy",
+    "CockpitDiagnoser",
+    "LRRangeDiagnoser",
     "LearnedDiagnoser",
     "RandomDiagnoser",
     "RulesDiagnoser",
     "RulesV1Diagnoser",
+    "WeightWatcherDiagnoser",
 ]
