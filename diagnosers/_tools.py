@@ -157,7 +157,7 @@ class Replay:
     losses: tuple[float, ...]  # each step's training loss
 
 
-def optimizer_class(run: Run) -> type[torch.optim.Optimizer]:
+def optimizer_class(run: Run) -> Callable[..., torch.optim.Optimizer]:
     """The run's optimizer class by its recorded name (``Adam`` for every shipped task)."""
     found = getattr(torch.optim, run.config.optimizer, None)
     if not (isinstance(found, type) and issubclass(found, torch.optim.Optimizer)):

@@ -59,7 +59,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "softmax_before_loss",
         f"the loss stayed finite and within the tool's divergence bound up to lr {END_LR:g}: "
         "a bounded loss",
-        "the tool's own divergence test",
+        "the tool's divergence test (diverge_th=5); its label tuned on digits",
     ),
     Symptom(
         "loss_barely_falls",

@@ -41,7 +41,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "weights_not_finite",
         _tools.OTHER_FAULT,
         "the replay's final weights hold NaN or Inf: the tool cannot analyze them",
-        "-",
+        "no threshold",
     ),
     Symptom(
         "hidden_layer_skipped",
@@ -66,7 +66,8 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "last_layer_over_trained",
         "dead_units",
-        f"the last layer's alpha < {OVER_TRAINED:g} (the tool's over-trained warning)",
+        f"alpha of the last Linear layer (the logits) < {OVER_TRAINED:g}: the tool's "
+        "over-trained warning",
         "published alpha; its label tuned on digits",
     ),
     Symptom(
@@ -85,10 +86,7 @@ def analyze(watcher_class: Any, model: nn.Module) -> list[dict[str, Any]]:
     if table is None or len(table) == 0:
         return []
     columns = ["longname", "alpha", "warning", "spectral_norm", "stable_rank", "num_pl_spikes"]
-    return [
-        {c: row[c] for c in columns if c in table.columns}
-        for row in table.to_dict("records")
-    ]
+    return [{c: row[c] for c in columns if c in table.columns} for row in table.to_dict("records")]
 
 
 def linear_layers(model: nn.Module) -> list[str]:
@@ -96,8 +94,9 @@ def linear_layers(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
 
 
-def findings(model: nn.Module, final: list[dict[str, Any]], initial: list[dict[str, Any]],
-             finite: bool) -> dict[str, Any]:
+def findings(
+    model: nn.Module, final: list[dict[str, Any]], initial: list[dict[str, Any]], finite: bool
+) -> dict[str, Any]:
     """The numbers the symptoms compare, and whether each symptom is present."""
     start = {row["longname"]: float(row["spectral_norm"]) for row in initial}
     growth = {
@@ -106,9 +105,12 @@ def findings(model: nn.Module, final: list[dict[str, Any]], initial: list[dict[s
         if start.get(row["longname"], 0.0) > 0
     }
     largest = max(growth.values(), default=math.nan)
-    analyzed = {row["longname"] for row in final}
-    skipped = [name for name in linear_layers(model)[:-1] if name not in analyzed]
-    last_alpha = float(final[-1]["alpha"]) if final else math.nan
+    alphas = {row["longname"]: float(row["alpha"]) for row in final}
+    layers = linear_layers(model)
+    skipped = [name for name in layers[:-1] if name not in alphas]
+    # The layer that makes the logits; NaN when the tool skipped it (fewer classes than
+    # its min_evals) or the model has no Linear layer.
+    last_alpha = alphas.get(layers[-1], math.nan) if layers else math.nan
     numbers = {
         "layers": final,
         "spectral_norm_growth": growth,
