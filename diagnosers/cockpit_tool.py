@@ -11,6 +11,9 @@ one that runs on every run: BackPACK has no second-order extension for an
 instruments are tracked on every ``TRACK_EVERY``-th step, the per-example
 losses Alpha needs are the same cross-entropy of the same forward pass at
 ``reduction="none"`` (no extra probe step), and Cockpit counts from step 0.
+A model with parameters BackPACK gives no individual gradients (a GRU's:
+BackPACK 1.7.1 has no extension for it) cannot be instrumented; the adapter
+finds that out in one probe step and answers ``unknown``.
 
 Cockpit shows curves to a person; it publishes readings (α > 0 overshoots,
 a gradient histogram piled at zero) but no decision thresholds. Each threshold
@@ -124,6 +127,21 @@ def instrument(run: Run, cockpit: Any, backpack: Any) -> dict[int, dict[str, Any
         return dict(cp.get_output())
 
 
+def uninstrumented(run: Run, backpack: Any) -> list[str]:
+    """Parameters BackPACK computes no individual gradients for (a GRU's, for one).
+
+    One probe step on the first batch; Cockpit's economy instruments all need
+    those gradients, and without them they fail deep inside the tool.
+    """
+    assert run.probe is not None
+    model = backpack.extend(run.probe.make_model())
+    X, y = run.probe.train_data(run.config.batch_size)
+    loss = run.probe.loss(model(X), y)
+    with _tools.quiet(), backpack.backpack(backpack.extensions.BatchGrad()):
+        loss.backward()
+    return [n for n, p in model.named_parameters() if getattr(p, "grad_batch", None) is None]
+
+
 def summarize(output: dict[int, dict[str, Any]]) -> dict[str, float]:
     """The few numbers the symptoms read off Cockpit's instruments."""
     steps = sorted(output)
@@ -211,6 +229,11 @@ class CockpitDiagnoser:
     def diagnose(self, run: Run) -> Diagnosis:
         """Replay with Cockpit, then name the first symptom present (healthy if none)."""
         _tools.needs_probe(run, NAME)
+        missing = uninstrumented(run, self._backpack)
+        if missing:
+            return _tools.answer(
+                "unknown", "cockpit cannot instrument this model", {"no_batch_grad": missing}
+            )
         try:
             output = instrument(run, self._cockpit, self._backpack)
         except NotImplementedError as exc:  # BackPACK lacks an extension for a module

@@ -6,21 +6,24 @@ import json
 import os
 import subprocess
 import sys
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from faultbench.diagnosers import _tools, cockpit_tool, lr_range, weightwatcher_tool
 from faultbench.faults.fault import base_setup, condition, condition_names
 from faultbench.scoring.diagnosis import get_diagnoser
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.harness import diagnose_safely
-from faultbench.scoring.run import Run
+from faultbench.scoring.run import Probe, Run
 from faultbench.tasks.task import get_task
 from faultbench.tools.checks import run_checks
+from faultbench.training.architectures import body
 from faultbench.training.model import BatchStream, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,14 +103,14 @@ def _independent_replay(fault: str, seed: int = 0) -> tuple[torch.nn.Module, lis
     optimizer = torch.optim.Adam(model.parameters(), lr=setup.lr)
     stream = iter(BatchStream(setup.X_train, setup.y_train, batch_size=setup.batch_size, seed=seed))
     losses = []
-    torch.set_num_threads(1)
-    for _ in range(setup.steps):
-        xb, yb = next(stream)
-        loss = F.cross_entropy(model(xb), yb)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss))
+    with _tools.one_thread():  # as the runner trains
+        for _ in range(setup.steps):
+            xb, yb = next(stream)
+            loss = F.cross_entropy(model(xb), yb)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
     return model, losses
 
 
@@ -165,7 +168,8 @@ def test_lr_range_first_loss_is_the_first_seeded_batch(digits_grid) -> None:
     generator = torch.Generator().manual_seed(0)
     torch.empty((), dtype=torch.int64).random_(generator=generator)
     order = torch.randperm(len(y), generator=generator)[:32]
-    first = float(F.cross_entropy(build_model(setup)(X[order]), y[order]))
+    with torch.no_grad():
+        first = float(F.cross_entropy(build_model(setup)(X[order]), y[order]))
     assert numbers["first_loss"] == pytest.approx(first, rel=1e-5)
     assert numbers["run_lr_over_suggestion"] == pytest.approx(
         run.config.lr / numbers["suggested_lr"]
@@ -232,3 +236,28 @@ def test_cli_run_end_to_end(digits_grid, shared_store_root: Path, name: str) -> 
     assert report["failures"] == {} and report["trained"] == 0
     assert report["mean_probe_steps"] > 0
     assert report["correct"] == sum(r["predicted"] == r["condition"] for r in report["runs"])
+
+
+def test_cockpit_abstains_on_a_model_backpack_cannot_instrument(digits_grid) -> None:
+    # BackPACK has no individual gradients for a GRU: Cockpit cannot run, so it says unknown.
+    def make_model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(
+            OrderedDict(body("gru", n_features=12, n_classes=5, hidden=16, image_side=0))
+        )
+
+    X = torch.randint(0, 5, (64, 12)).float()
+    y = torch.randint(0, 5, (64,))
+    healthy = _run(digits_grid, "healthy")
+    run = Run(
+        "user", 0, healthy.trace, healthy.config, Probe.from_user(make_model, F.cross_entropy, X, y)
+    )
+    outcome = _diagnose("cockpit", run)
+    assert (outcome.label, outcome.evidence["decided_by"]) == (
+        "unknown",
+        "cockpit cannot instrument this model",
+    )
+    assert outcome.evidence["no_batch_grad"] == [
+        "rnn.gru.weight_ih_l0", "rnn.gru.weight_hh_l0", "rnn.gru.bias_ih_l0", "rnn.gru.bias_hh_l0"
+    ]  # fmt: skip
+    assert outcome.probe_steps == 1
