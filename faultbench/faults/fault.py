@@ -133,7 +133,7 @@ class Fault:
         for v in self.variants:
             if v.name == name:
                 return v
-        raise unknown_name(f"variant of fault '{self.name}'", name, [v.name for v in self.variants])
+        raise unknown_name(f"{self.name} variant", name, [v.name for v in self.variants])
 
     def variant_id(self, variant: Variant) -> str:
         """How a condition names ``variant``: the bare fault name for the classic one."""
@@ -239,8 +239,8 @@ class Condition:
             FaultbenchError: a variant that cannot apply to ``recipe`` (with the reason).
         """
         for ident, severity in self.faults:
-            _, variant = find(ident)
-            why = variant.why_not(recipe)
+            found, variant = find(ident)
+            why = recipe.inapplicable.get(found.name) or variant.why_not(recipe)
             if why:
                 raise FaultbenchError(f"fault variant '{ident}' does not apply here: {why}")
             recipe = variant.transform(recipe, severity)
@@ -316,9 +316,8 @@ def variant_ids(*, held_out: bool | None = None) -> list[str]:
 def inapplicable(ident: str, task: Task) -> str:
     """Why the variant ``ident`` cannot run on ``task``, or "" when it can."""
     found, variant = find(ident)
-    if found.name in task.inapplicable:
-        return task.inapplicable[found.name]
-    return variant.why_not(base_setup(task, 0))
+    recipe = base_setup(task, 0)
+    return recipe.inapplicable.get(found.name) or variant.why_not(recipe)
 
 
 def variant_conditions(task: Task) -> tuple[list[Condition], dict[str, str]]:

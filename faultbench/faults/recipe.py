@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,7 @@ class Recipe:
     clear: StepPart = zero_gradients  # before backward: where zero_grad lives
     clip: StepPart = no_clipping  # between backward and the update: where clipping lives
     update: StepPart = optimizer_step  # applies the gradients: where optimizer.step() lives
+    inapplicable: Mapping[str, str] = field(default_factory=dict)  # fault -> why it cannot apply
 
     def replace(self, **changes: Any) -> Recipe:
         """A copy with some fields changed."""
@@ -152,6 +153,7 @@ def base_setup(task: Task, seed: int) -> Recipe:
         momentum=d.momentum,
         batch_size=d.batch_size,
         steps=d.steps,
+        inapplicable=task.inapplicable,
     )
 
 
