@@ -33,9 +33,9 @@ from torch import nn
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import condition_names
+from faultbench.faults.recipe import BatchStream
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnosis, finite_or_none
 from faultbench.scoring.run import Run
-from faultbench.training.model import BatchStream
 
 INSTALL = "pip install 'faultbench[tools]'"  # the one command that brings all three tools
 OTHER_FAULT = "other_fault"  # "something is broken, and it is none of the nine"
