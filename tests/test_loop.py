@@ -12,7 +12,6 @@ from faultbench.faults.fault import base_setup, condition
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import EVALUATIONS, _Scorer, train
 from faultbench.training.model import BatchStream, build_model
-from faultbench.training.monitor import pack_layers
 from faultbench.training.trace import Trace
 
 
@@ -22,7 +21,6 @@ def _evaluated_in_place(task: str, fault: str) -> Trace:
     if fault:
         setup = condition(fault).apply(setup)
     model = build_model(setup)
-    pack_layers(model)
     params = [p for n, p in model.named_parameters() if n.split(".")[0] not in setup.frozen_layers]
     optimizer = torch.optim.Adam(params, lr=setup.lr)
     monitor = Monitor(model, optimizer)
@@ -31,7 +29,7 @@ def _evaluated_in_place(task: str, fault: str) -> Trace:
     for step, (xb, yb) in zip(range(1, setup.steps + 1), monitor.batches(stream)):
         loss = F.cross_entropy(model(xb), yb)
         if setup.zero_grad:
-            model.zero_grad(set_to_none=False)
+            model.zero_grad()
         loss.backward()
         optimizer.step()
         monitor.step(loss)

@@ -15,13 +15,12 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from faultbench.faults.fault import Condition
 from faultbench.training.trace import RunConfig, Trace
 
-SCHEMA = 1  # bump when the record layout changes; older records are re-run
+SCHEMA = 2  # bump when the record layout changes; older records are re-run
 STATUSES = ("ok", "failed")  # what an attempt can end as
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -75,14 +74,22 @@ class RunSpec:
 
 @cache
 def code_version() -> str:
-    """Hash of the code every run goes through (loop, models, monitor and its kernel, trace)."""
-    from faultbench.training import architectures, loop, model, monitor, trace
+    """Hash of the code every run goes through (loop, models, monitor and its parts, trace)."""
+    from faultbench.training import (
+        activations,
+        architectures,
+        hooks,
+        hostlog,
+        layers,
+        loop,
+        model,
+        monitor,
+        trace,
+    )
 
     digest = hashlib.sha256()
-    for module in (loop, model, architectures, monitor, trace):
+    for module in (loop, model, architectures, monitor, layers, activations, hostlog, hooks, trace):
         digest.update(inspect.getsource(module).encode())
-    kernel = resources.files("faultbench").joinpath("_stepstats.c")  # the monitor's C half
-    digest.update(kernel.read_bytes() if kernel.is_file() else b"")
     return digest.hexdigest()[:12]
 
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from faultbench.faults.fault import RunSetup
 from faultbench.training.model import BatchStream, build_model
-from faultbench.training.monitor import Monitor, pack_layers
+from faultbench.training.monitor import Monitor
 from faultbench.training.trace import RunConfig, Trace
 
 # Evaluations per run, evenly spaced (every 60 steps of the default 600, about
@@ -42,7 +42,6 @@ def train(setup: RunSetup, *, record: bool = True, evaluate: bool | None = None)
     evaluate = record if evaluate is None else evaluate
     start = time.perf_counter()
     model = build_model(setup)
-    pack_layers(model)  # same numbers; lets the monitor read a step's tensors in place
     trainable = [
         p for name, p in model.named_parameters() if name.split(".")[0] not in setup.frozen_layers
     ]
@@ -63,9 +62,8 @@ def train(setup: RunSetup, *, record: bool = True, evaluate: bool | None = None)
         xb, yb = next(batches)
         loss = F.cross_entropy(model(xb), yb)
         if setup.zero_grad:
-            # The model's, so frozen layers' gradients are cleared too; in place,
-            # so the gradients stay where pack_layers put them.
-            model.zero_grad(set_to_none=False)
+            # The model's, so frozen layers' gradients are cleared too.
+            model.zero_grad()
         loss.backward()
         optimizer.step()
         if monitor is not None:
