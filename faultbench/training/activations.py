@@ -48,13 +48,15 @@ class _Watched:
 
     A ReLU-family forward keeps, per unit, how many of its outputs were > 0
     (a comparison and a sum), and the sum of |outputs|; once per block of
-    forwards those become the three numbers, on the device.
+    forwards those become the three numbers, on the device. ReLU and ReLU6
+    outputs are never negative, so their sum is their sum of |outputs|.
     """
 
     def __init__(self, module: nn.Module, relu: bool) -> None:
         self.relu = relu  # ReLU family (else saturating)
         self.edge = SIGMOID_EDGE if isinstance(module, nn.Sigmoid) else TANH_EDGE
         self.centre = 0.5 if isinstance(module, nn.Sigmoid) else 0.0
+        self.nonnegative = isinstance(module, (nn.ReLU, nn.ReLU6))  # |output| is the output
         self.log = DeviceLog(3)
         self.sizes: list[tuple[int, int]] = []  # per forward: (units, outputs)
         self.calls: list[int] = []  # per recorded step: forwards
@@ -69,11 +71,15 @@ class _Watched:
             self.flush()  # counts of another width cannot be stacked with these
         flat = out.detach().reshape(-1, max(1, units))
         wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else None
-        self._abs.append(torch.linalg.vector_norm(flat, 1, dtype=wide))
+        self._abs.append((flat if self.nonnegative else flat.abs()).sum(dtype=wide))
+        # Comparisons written as 0/1 floats: on CPU, summing booleans costs
+        # several times more (they are converted to integers first).
+        flags = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
         if self.relu:
-            self._counts.append((flat > 0).sum(0))
+            self._counts.append(torch.gt(flat, 0, out=flags).sum(0))
         else:
-            self._counts.append(((flat - self.centre).abs() > self.edge).sum().reshape(1))
+            off_centre = flat if self.centre == 0 else flat - self.centre
+            self._counts.append(torch.gt(off_centre.abs(), self.edge, out=flags).sum().reshape(1))
         self.sizes.append((units, flat.numel()))
         if len(self._abs) >= BLOCK_STEPS:
             self.flush()

@@ -76,7 +76,8 @@ class _Group:
         if self.before is not None:
             self.before[0] = self.weights[0]
         self.init = self.weights[0].clone()  # weights at the start
-        self.seen = torch.zeros(width, dtype=torch.bool, device=first.device)  # ever got one
+        # Per weight: recorded steps whose gradient was nonzero (0: never got one).
+        self.seen = torch.zeros(width, dtype=torch.float32, device=first.device)
         self.filled = 0  # rows of the block in use
         self.zeros: dict[int, torch.Tensor] = {}  # stand-ins for gradients that are None
         self.log = DeviceLog(STATS * len(index))
@@ -113,26 +114,27 @@ class _Group:
 
     @torch.no_grad()
     def reduce(self) -> None:
-        """Reduce the block's rows into the log and start a new block."""
+        """Reduce the block's rows into the log and start a new block.
+
+        Comparisons are written as 0/1 into the block itself rather than as
+        booleans: on CPU, torch's boolean outputs and their sums are several
+        times slower than the same work on floats.
+        """
         n = self.filled
         if not n:
             return
         grads, after = self.grads[:n], self.weights[1 : n + 1]
         before = self.weights[:n] if self.before is None else self.before[:n]
-        nonzero = grads != 0  # NaN counts as nonzero
-        self.seen |= nonzero.any(0)
-        delta = after - before
         norm, acc = torch.linalg.vector_norm, self.acc
-        columns = []
-        for a, b in self.bounds:
-            g = grads[:, a:b]
-            columns += [
-                norm(g, 2, dim=1, dtype=acc),
-                norm(g, 1, dim=1, dtype=acc),
-                nonzero[:, a:b].sum(1),
-                norm(delta[:, a:b], 2, dim=1, dtype=acc),
-                norm(before[:, a:b], 2, dim=1, dtype=acc),
-            ]
+        l2 = [norm(grads[:, a:b], 2, dim=1, dtype=acc) for a, b in self.bounds]
+        l1 = [norm(grads[:, a:b], 1, dim=1, dtype=acc) for a, b in self.bounds]
+        nonzero = torch.ne(grads, 0, out=grads)  # NaN counts as nonzero; gradients done with
+        counts = [nonzero[:, a:b].sum(1, dtype=acc) for a, b in self.bounds]
+        self.seen += nonzero.sum(0, dtype=self.seen.dtype)
+        delta = torch.sub(after, before, out=grads)
+        update = [norm(delta[:, a:b], 2, dim=1, dtype=acc) for a, b in self.bounds]
+        weight = [norm(before[:, a:b], 2, dim=1, dtype=acc) for a, b in self.bounds]
+        columns = [c for per_param in zip(l2, l1, counts, update, weight) for c in per_param]
         self.log.extend(torch.stack(columns, 1))
         self.weights[0] = self.weights[n]
         self.filled = 0
@@ -145,7 +147,7 @@ class _Group:
         self._copy_weights(now)
         moved = (now - self.init).to(self.acc or now.dtype) ** 2
         size = self.init.to(self.acc or now.dtype) ** 2
-        never = torch.stack([(~self.seen[a:b]).sum() for a, b in self.bounds])
+        never = torch.stack([(self.seen[a:b] == 0).sum() for a, b in self.bounds])
         sums = torch.stack(
             [torch.stack([moved[a:b].sum(), size[a:b].sum()]) for a, b in self.bounds]
         )
