@@ -25,7 +25,6 @@ from faultbench.faults.architectures import body
 from faultbench.faults.recipe import BatchStream, Recipe, base_setup, standard_model
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import train
-from faultbench.training.monitor import pack_layers
 
 
 def flat_loop(r: Recipe) -> nn.Module:
@@ -35,13 +34,12 @@ def flat_loop(r: Recipe) -> nn.Module:
     model = nn.Sequential(
         body("mlp", n_features=features, n_classes=classes, widths=(r.hidden,), image_side=0)
     )
-    pack_layers(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=r.lr)
     stream = iter(BatchStream(r.X_train, r.y_train, batch_size=r.batch_size, seed=r.seed))
     for _ in range(r.steps):
         xb, yb = next(stream)
         loss = F.cross_entropy(model(xb), yb)
-        model.zero_grad(set_to_none=False)
+        model.zero_grad()
         loss.backward()
         optimizer.step()
     return model

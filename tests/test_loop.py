@@ -15,7 +15,6 @@ from faultbench.faults.fault import FAULTS, HELD_OUT, base_setup, condition
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import EVALUATIONS, _Scorer, train
 from faultbench.training.model import build_model
-from faultbench.training.monitor import pack_layers
 from faultbench.training.trace import Trace
 
 
@@ -26,7 +25,6 @@ def _evaluated_in_place(task: str, fault: str) -> Trace:
         setup = condition(fault).apply(setup)
     torch.manual_seed(setup.seed)
     model = setup.make_model(setup)
-    pack_layers(model)
     optimizer = setup.make_optimizer(setup.param_groups(model, setup), setup)
     monitor = Monitor(model, optimizer)
     scorer, every = _Scorer(setup), max(1, setup.steps // EVALUATIONS)

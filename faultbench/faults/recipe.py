@@ -81,10 +81,9 @@ def shuffled_batches(recipe: Recipe) -> Iterator[Batch]:
 def zero_gradients(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
     """``zero_grad`` before each backward pass.
 
-    The model's, so that layers left out of the optimizer are cleared too; in
-    place, so that the gradients stay where the monitor laid them out.
+    The model's, so that layers left out of the optimizer are cleared too.
     """
-    model.zero_grad(set_to_none=False)
+    model.zero_grad()
 
 
 def no_clipping(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:

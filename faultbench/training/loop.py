@@ -18,7 +18,7 @@ from torch import nn
 
 from faultbench.faults.recipe import Recipe
 from faultbench.training.model import build_model
-from faultbench.training.monitor import Monitor, pack_layers
+from faultbench.training.monitor import Monitor
 from faultbench.training.trace import RunConfig, Trace
 
 # Evaluations per run, evenly spaced (every 60 steps of the default 600, about
@@ -53,7 +53,6 @@ def train(recipe: Recipe, *, record: bool = True, evaluate: bool | None = None) 
     with _reproducible():
         start = time.perf_counter()
         model = build_model(recipe)  # seeds torch's generator: dropout draws from it too
-        pack_layers(model)  # same numbers; lets the monitor read a step's tensors in place
         optimizer = recipe.make_optimizer(recipe.param_groups(model, recipe), recipe)
         monitor = Monitor(model, optimizer) if record else None
         stream = recipe.loader(recipe)
