@@ -24,14 +24,14 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from faultbench.faults.fault import RunSetup, base_setup
+from faultbench.faults.recipe import BatchStream, Recipe, base_setup
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import train
-from faultbench.training.model import BatchStream, build_model
+from faultbench.training.model import build_model
 from faultbench.training.monitor import pack_layers, step_stats
 
 
-def statistics_only(setup: RunSetup) -> None:
+def statistics_only(setup: Recipe) -> None:
     """The bare loop plus the monitor's per-step statistics, nothing else."""
     model = build_model(setup)
     pack_layers(model)

@@ -19,9 +19,10 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.faults.fault import base_setup, condition
+from faultbench.faults.recipe import BatchStream
 from faultbench.tasks.task import get_task
 from faultbench.training import monitor as monitor_module
-from faultbench.training.model import BatchStream, build_model
+from faultbench.training.model import build_model
 from faultbench.training.monitor import _ChunkedStats, _KernelStats, pack_layers
 from faultbench.training.trace import Trace
 
@@ -60,13 +61,12 @@ def _run(
     model = build_model(setup)
     if pack:
         pack_layers(model)
-    params = [p for n, p in model.named_parameters() if n.split(".")[0] not in setup.frozen_layers]
-    optimizer = torch.optim.Adam(params, lr=setup.lr)
+    optimizer = setup.make_optimizer(setup.param_groups(model, setup), setup)
     monitor = Monitor(model, optimizer)
     stream = BatchStream(setup.X_train, setup.y_train, batch_size=setup.batch_size, seed=0)
     for step, (xb, yb) in zip(range(STEPS), monitor.batches(stream)):
         loss = F.cross_entropy(model(xb), yb)
-        if setup.zero_grad:
+        if fault != "missing_zero_grad":
             model.zero_grad(set_to_none=set_to_none)
         loss.backward()
         optimizer.step()

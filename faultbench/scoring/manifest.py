@@ -12,6 +12,7 @@ effect" rather than as a diagnoser's miss. This is mutation testing's
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -46,9 +47,11 @@ def _wait(t: Trace, c: RunConfig) -> float:
 
 def _grad_growth(t: Trace, c: RunConfig) -> float:
     g = np.concatenate([v[None] for v in t.grad_norm.values()]).sum(axis=0)
-    return math.log10(
-        max(float(np.nanmean(g[-50:])), 1e-12) / max(float(np.nanmean(g[:10])), 1e-12)
-    )
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a run that is NaN from the start
+        late, early = np.nanmean(g[-50:]), np.nanmean(g[:10])
+        # An infinite early gradient (a run that blew up, then stalled) gives -inf.
+        return float(np.log10(np.fmax(late, 1e-12) / np.fmax(early, 1e-12)))
 
 
 def _inactive(t: Trace, c: RunConfig) -> float:

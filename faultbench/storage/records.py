@@ -53,7 +53,7 @@ class RunSpec:
             "condition": [list(pair) for pair in self.condition.faults],
             "seed": self.seed,
             "code": code_version(),
-            "faults": self.condition.source_hash(),
+            "faults": self.condition.source_hash(),  # every involved fault's variants' code
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -75,11 +75,16 @@ class RunSpec:
 
 @cache
 def code_version() -> str:
-    """Hash of the code every run goes through (loop, models, monitor and its kernel, trace)."""
-    from faultbench.training import architectures, loop, model, monitor, trace
+    """Hash of the code every run goes through: the healthy recipe and its models, how
+    faults are applied, the loop, the monitor and its kernel, the trace.
+
+    A fault's own code is keyed apart, per fault (:meth:`Condition.source_hash`).
+    """
+    from faultbench.faults import architectures, fault, recipe, source
+    from faultbench.training import loop, model, monitor, trace
 
     digest = hashlib.sha256()
-    for module in (loop, model, architectures, monitor, trace):
+    for module in (recipe, architectures, fault, source, loop, model, monitor, trace):
         digest.update(inspect.getsource(module).encode())
     kernel = resources.files("faultbench").joinpath("_stepstats.c")  # the monitor's C half
     digest.update(kernel.read_bytes() if kernel.is_file() else b"")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from faultbench.core.errors import FaultbenchError
+from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
 
 #: Fewest examples of any class a task may have. At the default validation share
@@ -25,18 +25,29 @@ from faultbench.core.registry import Registry
 #: on: with fewer, one example moves a class's validation accuracy by a half or
 #: more, too coarse to tell a model that learned from one at chance.
 MIN_EXAMPLES_PER_CLASS = 10
+OPTIMIZERS = ("adam", "sgd")  # what a task's healthy recipe can train with
 
 
 @dataclass(frozen=True)
 class TrainDefaults:
-    """How a healthy run of a task is trained."""
+    """How a healthy run of a task is trained.
+
+    Raises:
+        FaultbenchError: an optimizer other than "adam" or "sgd".
+    """
 
     hidden: int = 64  # width of the single ReLU hidden layer
-    lr: float = 1e-3  # Adam's learning rate, a working rate for these tasks
+    lr: float = 1e-3  # the optimizer's working learning rate for the task
     batch_size: int = 32  # examples per update
     steps: int = 600  # optimizer updates per run
     architecture: str = "mlp"  # model recipe: "mlp", "cnn" (images) or "gru" (token ids)
     image_side: int = 0  # side of the square images a "cnn" reads from each row
+    optimizer: str = "adam"  # "adam", or "sgd": SGD with momentum
+    momentum: float = 0.9  # SGD's momentum (Adam has none)
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,130 @@
+"""The leaderboard: one row per diagnoser, the scores of ``scoring.scores`` side by side.
+
+``results/leaderboard.md`` and ``.csv`` are written from one table of scored
+runs (``scoring.scores.COLUMNS``), and the figure plots identification recall
+against severity level, one line per diagnoser. Seconds per diagnosis are a
+wall-clock measurement: they are shown, marked, and never enter a score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from faultbench.scoring import scores
+from faultbench.scoring.scores import Share
+
+LEVELS = ("mild", "moderate", "severe")  # severity levels, mildest first
+MEASURED = "seconds/diagnosis (measured)"  # the one column that is a wall-clock measurement
+
+
+def _cell(share: Share) -> str:
+    return "n/a" if not share.n else f"{share.value:.3f} [{share.low:.2f}, {share.high:.2f}]"
+
+
+def rows(frame: pd.DataFrame, tuned_on: dict[str, Sequence[str]]) -> list[dict[str, Any]]:
+    """One leaderboard row per diagnoser in ``frame``, in order of appearance."""
+    out = []
+    for name in dict.fromkeys(frame["diagnoser"]):
+        part = frame[frame["diagnoser"] == name]
+        s = scores.summary(part)
+        ident = s["identification"]
+        row: dict[str, Any] = {
+            "diagnoser": name,
+            "tuned on": ", ".join(tuned_on.get(name, ())) or "nothing",
+            "runs": s["runs"],
+            "identification": _cell(ident["accuracy"]),
+            "macro-recall": f"{ident['macro_recall']:.3f}",
+        }
+        for level in LEVELS:
+            row[f"ident. {level}"] = _cell(ident["by_level"].get(level, scores.wilson(0, 0)))
+        row["ident. classic"] = _cell(s["splits"]["classic_grid"]["identification"])
+        row["ident. tuned-on task"] = _cell(s["splits"]["tuned_on_task"]["identification"])
+        row["ident. held-out tasks"] = _cell(s["splits"]["held_out_task"]["identification"])
+        row["held-out faults: not healthy"] = _cell(s["detection"]["not_healthy"])
+        row["held-out faults: other_fault"] = _cell(s["detection"]["other_fault"])
+        row["false alarms"] = _cell(s["false_alarms"])
+        row["probe steps/diagnosis"] = f"{s['cost']['probe_steps']:.0f}"
+        row[MEASURED] = f"{s['cost']['seconds']:.3f}"
+        out.append(row)
+    return out
+
+
+def per_task(frame: pd.DataFrame) -> pd.DataFrame:
+    """Identification accuracy of every diagnoser on every task (rows: diagnosers)."""
+    cells = {
+        (d, t): _cell(scores.identification(part)["accuracy"])
+        for (d, t), part in frame.groupby(["diagnoser", "task"], sort=False)
+    }
+    diagnosers = list(dict.fromkeys(frame["diagnoser"]))
+    tasks = list(dict.fromkeys(frame["task"]))
+    return pd.DataFrame(
+        [[cells.get((d, t), "n/a") for t in tasks] for d in diagnosers],
+        index=pd.Index(diagnosers, name="diagnoser"),
+        columns=tasks,
+    )
+
+
+def write(frame: pd.DataFrame, tuned_on: dict[str, Sequence[str]], out: Path) -> list[Path]:
+    """Write ``leaderboard.md``, ``leaderboard.csv`` and the recall-by-level figure to ``out``."""
+    from faultbench.reporting.report import markdown_table
+
+    table = pd.DataFrame(rows(frame, tuned_on))
+    tasks = per_task(frame)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "leaderboard.csv", index=False)
+    tested = ", ".join(dict.fromkeys(frame["task"]))
+    text = "\n".join(
+        [
+            "# Leaderboard",
+            "",
+            f"Every diagnoser on the same runs ({len(frame)} diagnoses; tasks: {tested}). "
+            "Cells are shares with their 95% Wilson interval. *Identification*: runs with one "
+            "of the nine known faults, named correctly. *Held-out faults*: runs with a bug "
+            "outside the nine; *not healthy* is detection, *other_fault* is detection that "
+            "also says it is none of the nine. *False alarms*: healthy runs called anything "
+            f"else. *{MEASURED}* is wall-clock time on the machine that ran the report, a "
+            "measurement that enters no score.",
+            "",
+            markdown_table(table),
+            "",
+            "## Identification accuracy per task",
+            "",
+            markdown_table(tasks.reset_index()),
+            "",
+            "![identification recall by severity level](leaderboard.png)",
+            "",
+        ]
+    )
+    (out / "leaderboard.md").write_text(text)
+    _figure(frame, out / "leaderboard.png")
+    return [out / "leaderboard.md", out / "leaderboard.csv", out / "leaderboard.png"]
+
+
+def _figure(frame: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name in dict.fromkeys(frame["diagnoser"]):
+        by_level = scores.identification(frame[frame["diagnoser"] == name])["by_level"]
+        present = [lv for lv in LEVELS if lv in by_level and by_level[lv].n]
+        if not present:
+            continue
+        values = [by_level[lv].value for lv in present]
+        low = [by_level[lv].value - by_level[lv].low for lv in present]
+        high = [by_level[lv].high - by_level[lv].value for lv in present]
+        ax.errorbar(present, values, yerr=[low, high], marker="o", capsize=3, label=name)
+    ax.set_xlabel("severity level")
+    ax.set_ylabel("identification recall (95% Wilson)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize="small", ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, metadata={"Software": None})  # no version stamp: stable bytes
+    plt.close(fig)

@@ -1,0 +1,225 @@
+"""Scores that separate what a diagnoser can do: identify, detect, stay quiet, at what cost.
+
+Everything here reads one table of scored runs (:data:`COLUMNS`, one row per
+diagnosis), so the leaderboard, ``--json`` and the paper compute each number
+the same way. Every share comes with its 95% Wilson interval (scipy), because
+a perfect 50/50 only bounds accuracy above 0.929 and two diagnosers are told
+apart by intervals, not by point values.
+
+- *identification*: runs with a known fault (one of the nine); right when the
+  answer names it. Accuracy, and macro-recall (the mean of per-fault recalls,
+  so a rare fault weighs as much as a common one).
+- *detection*: runs with a held-out fault (a bug outside the nine, whose name no
+  diagnoser is told): the share not called healthy, and the share called
+  ``other_fault``.
+- *false alarms*: healthy runs called anything else.
+- *cost*: probe steps and seconds per diagnosis (seconds are a wall-clock
+  measurement, kept out of every score).
+- *McNemar*: an exact test between two diagnosers on the same runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+HEALTHY, KNOWN, HELDOUT = "healthy", "known", "heldout"  # the kinds of truth a run has
+OTHER_FAULT = "other_fault"  # "something is broken, and it is none of the nine"
+CONFIDENCE = 0.95
+
+#: The table every score reads: one row per diagnosis.
+COLUMNS = {
+    "diagnoser": "the diagnoser's name",
+    "task": "the task's name",
+    "tuned": "True when the task is in the diagnoser's tuned_on",
+    "seed": "the run's seed",
+    "truth": "the label a perfect diagnoser answers (held-out faults: their own name)",
+    "kind": "healthy, known (one of the nine) or heldout (a bug outside the nine)",
+    "variant": "the fault's mechanism ('' for healthy and classic runs)",
+    "level": "mild, moderate, severe, or canonical (classic grid); '' for healthy",
+    "grid": "classic or full",
+    "predicted": "the diagnoser's label (unknown on error or timeout)",
+    "status": "ok, or why the answer failed (error, timeout, crashed, run-failed)",
+    "probe_steps": "probe training steps the diagnosis used",
+    "diagnose_seconds": "wall time of the diagnosis (a measurement, not a score)",
+}
+RUN_KEY = ("task", "truth", "variant", "level", "grid", "seed")  # one run, across diagnosers
+
+
+@dataclass(frozen=True)
+class Share:
+    """A proportion with its 95% Wilson interval."""
+
+    hits: int  # runs that count
+    n: int  # runs considered
+    low: float  # lower bound of the interval (nan when n is 0)
+    high: float  # upper bound of the interval (nan when n is 0)
+
+    @property
+    def value(self) -> float:
+        """``hits / n`` (nan when n is 0)."""
+        return self.hits / self.n if self.n else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping (None where there were no runs)."""
+        if not self.n:
+            return {"hits": 0, "n": 0, "value": None, "low": None, "high": None}
+        return {
+            "hits": self.hits,
+            "n": self.n,
+            "value": self.value,
+            "low": self.low,
+            "high": self.high,
+        }
+
+    def __str__(self) -> str:
+        if not self.n:
+            return "n/a"
+        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] ({self.hits}/{self.n})"
+
+
+def wilson(hits: int, n: int) -> Share:
+    """``hits`` out of ``n`` with its 95% Wilson score interval."""
+    if n == 0:
+        return Share(0, 0, float("nan"), float("nan"))
+    from scipy.stats import binomtest
+
+    interval = binomtest(int(hits), int(n)).proportion_ci(CONFIDENCE, method="wilson")
+    return Share(int(hits), int(n), float(interval.low), float(interval.high))
+
+
+def _share(mask: Any) -> Share:
+    values = np.asarray(mask, dtype=bool)
+    return wilson(int(values.sum()), int(values.size))
+
+
+def _right(frame: pd.DataFrame) -> Any:
+    return (frame["status"] == "ok") & (frame["predicted"] == frame["truth"])
+
+
+def identification(frame: pd.DataFrame) -> dict[str, Any]:
+    """Accuracy and macro-recall on the known-fault runs of ``frame``."""
+    known = frame[frame["kind"] == KNOWN]
+    right = _right(known)
+    recalls = {
+        fault: _share(right[known["truth"] == fault]) for fault in sorted(set(known["truth"]))
+    }
+    macro = float(np.mean([r.value for r in recalls.values()])) if recalls else float("nan")
+    return {
+        "accuracy": _share(right),
+        "macro_recall": macro,
+        "recall": recalls,
+        "by_level": _grouped(known, right, "level"),
+        "by_variant": _grouped(known, right, "variant"),
+    }
+
+
+def _grouped(frame: pd.DataFrame, mask: Any, column: str) -> dict[str, Share]:
+    return {
+        str(value): _share(mask[frame[column] == value])
+        for value in sorted(set(frame[column]))
+        if value != ""
+    }
+
+
+def detection(frame: pd.DataFrame) -> dict[str, Share]:
+    """On held-out-fault runs: the share not called healthy, and the share called other_fault."""
+    held = frame[(frame["kind"] == HELDOUT) & (frame["status"] == "ok")]
+    failed = frame[(frame["kind"] == HELDOUT) & (frame["status"] != "ok")]
+    n = len(held) + len(failed)  # a failed answer detects nothing
+    return {
+        "not_healthy": wilson(int((held["predicted"] != HEALTHY).sum()), n),
+        "other_fault": wilson(int((held["predicted"] == OTHER_FAULT).sum()), n),
+    }
+
+
+def false_alarms(frame: pd.DataFrame) -> Share:
+    """Healthy runs called anything else (a failed answer on a healthy run is no alarm)."""
+    healthy = frame[frame["kind"] == HEALTHY]
+    answered = healthy["status"] == "ok"
+    return _share(answered & (healthy["predicted"] != HEALTHY))
+
+
+def cost(frame: pd.DataFrame) -> dict[str, float]:
+    """Mean probe steps and mean seconds per diagnosis (seconds: a measurement)."""
+    if frame.empty:
+        return {"probe_steps": float("nan"), "seconds": float("nan")}
+    return {
+        "probe_steps": float(frame["probe_steps"].mean()),
+        "seconds": float(frame["diagnose_seconds"].mean()),
+    }
+
+
+def summary(frame: pd.DataFrame) -> dict[str, Any]:
+    """Every score of one diagnoser's runs, overall and split by what matters."""
+    splits: dict[str, Any] = {}
+    for name, part in (
+        ("tuned_on_task", frame[frame["tuned"]]),
+        ("held_out_task", frame[~frame["tuned"]]),
+        ("classic_grid", frame[frame["grid"] == "classic"]),
+        ("full_grid", frame[frame["grid"] == "full"]),
+    ):
+        splits[name] = {
+            "identification": identification(part)["accuracy"],
+            "detection": detection(part)["not_healthy"],
+            "false_alarms": false_alarms(part),
+        }
+    return {
+        "runs": len(frame),
+        "identification": identification(frame),
+        "detection": detection(frame),
+        "false_alarms": false_alarms(frame),
+        "splits": splits,
+        "cost": cost(frame),
+    }
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """An exact McNemar test of two diagnosers on the same runs."""
+
+    first: str  # one diagnoser
+    second: str  # the other
+    runs: int  # runs both answered (matched by RUN_KEY)
+    only_first: int  # runs only the first got right
+    only_second: int  # runs only the second got right
+    p_value: float  # two-sided exact binomial test on the discordant runs (1.0 if none)
+
+
+def mcnemar(frame: pd.DataFrame, first: str, second: str) -> McNemar:
+    """Compare ``first`` and ``second`` on the runs both were scored on."""
+    from scipy.stats import binomtest
+
+    right = frame.assign(right=_right(frame))
+    key = list(RUN_KEY)
+    a = right[right["diagnoser"] == first].set_index(key)["right"]
+    b = right[right["diagnoser"] == second].set_index(key)["right"]
+    both = a.to_frame("a").join(b.to_frame("b"), how="inner")
+    only_a = int((both["a"] & ~both["b"]).sum())
+    only_b = int((~both["a"] & both["b"]).sum())
+    discordant = only_a + only_b
+    p = binomtest(only_a, discordant, 0.5).pvalue if discordant else 1.0
+    return McNemar(first, second, len(both), only_a, only_b, float(p))
+
+
+def mcnemar_table(frame: pd.DataFrame, diagnosers: Iterable[str]) -> list[McNemar]:
+    """Every pair of ``diagnosers``, in the order given."""
+    names = list(diagnosers)
+    return [mcnemar(frame, a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+
+
+def to_jsonable(value: Any) -> Any:
+    """Shares and nested mappings of them as plain JSON values."""
+    if isinstance(value, Share):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
