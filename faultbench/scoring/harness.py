@@ -30,6 +30,7 @@ from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, Diagnosis
 from faultbench.scoring.run import Probe, Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
+from faultbench.training.loop import THREADS
 
 #: What a diagnosis can end as: answered, raised or answered nonsense, ran past
 #: its limit, or took its worker process down (segfault, ``os._exit``).
@@ -148,11 +149,32 @@ def _invalid(diagnoser: object, answer: object) -> str:
 
 
 def _call_limited(fn: Callable[[], Any], seconds: float) -> Any:
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr), _reproducible():
         if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
             with _alarm(seconds):
                 return fn()
         return _in_thread(fn, seconds)
+
+
+@contextlib.contextmanager
+def _reproducible() -> Iterator[None]:
+    # A probe trains like the run did: one thread and deterministic algorithms,
+    # so a diagnosis gives the same answer on any machine (a sum's last bits
+    # follow the thread count), and a tiny model is not slowed by thread hand-offs.
+    # Only a warning where an op has no deterministic version: a diagnoser's
+    # library must not fail for it.
+    import torch
+
+    threads = torch.get_num_threads()
+    strict = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(strict, warn_only=warn_only)
+        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager

@@ -101,7 +101,7 @@ class DiagnosisWorker:
         self._proc, self._conn = proc, conn
         self.started += 1
         _LIVE.add(self)
-        conn.send((sys.path, self._payload, self.timeout, _threads()))
+        conn.send((sys.path, self._payload, self.timeout))
         kind, value = self._receive(START_LIMIT)
         if kind != "ready":
             why = value if kind == "failed" else _start_failure(kind, proc)
@@ -256,13 +256,6 @@ def wants_worker(diagnoser: Diagnoser, isolate: bool | None) -> tuple[bool, str]
     return True, ""
 
 
-def _threads() -> int:
-    """The torch thread count of this process, so a probe trains alike in the worker."""
-    import torch
-
-    return int(torch.get_num_threads())
-
-
 def serve(read_fd: int, write_fd: int) -> None:
     """The worker's loop: load once, then answer one record at a time until told to stop.
 
@@ -276,11 +269,8 @@ def serve(read_fd: int, write_fd: int) -> None:
     faulthandler.enable()  # a segfault leaves its traceback on stderr
     conn = _Pipe(read_fd, write_fd)
     try:
-        path, payload, timeout, threads = conn.recv()
+        path, payload, timeout = conn.recv()
         sys.path[:] = path  # the driver's: the diagnoser's module must import as it did there
-        import torch
-
-        torch.set_num_threads(threads)
         diagnoser, task = pickle.loads(payload)
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
