@@ -62,7 +62,12 @@ def test_new_diagnoser_on_stored_runs_trains_nothing_and_sees_every_run(
 ) -> None:
     diagnoser = CountingDiagnoser()
     report = evaluate(
-        diagnoser, "digits", seeds=3, store=Store(shared_store_root), engine=RefusingEngine()
+        diagnoser,
+        "digits",
+        seeds=3,
+        store=Store(shared_store_root),
+        engine=RefusingEngine(),
+        isolate=False,  # in this process, so that what it saw can be read back here
     )
     assert report.trained == 0
     assert sorted(diagnoser.seen) == sorted(("digits", seed) for _, seed in digits_grid)

@@ -3,7 +3,8 @@
 The source never holds a number. Each ``{{...}}`` placeholder is resolved from
 the CSV files ``faultbench report`` wrote, at build time:
 
-- ``{{faults:TASK:CONDITION:COLUMN}}``, ``{{scores:DIAGNOSER:TASK:COLUMN}}``,
+- ``{{faults:TASK:CONDITION:COLUMN}}``, ``{{waits:TASK:CONDITION:COLUMN}}``,
+  ``{{scores:DIAGNOSER:TASK:COLUMN}}``,
   ``{{mcnemar:TASK:A:B:COLUMN}}``, ``{{setup:TASK:COLUMN}}``,
   ``{{conditions:CONDITION:COLUMN}}``: one cell, exactly as the CSV has it;
 - ``{{count:TABLE:COLUMN}}``: how many distinct values a column holds;
@@ -30,6 +31,7 @@ from faultbench.reporting.report import faults_view, markdown_table, recall_view
 #: Table name -> the columns that identify one of its rows.
 KEYS: dict[str, tuple[str, ...]] = {
     "faults": ("task", "condition"),
+    "waits": ("task", "condition"),  # wall-clock: the data-wait share (results/waits.csv)
     "scores": ("diagnoser", "task"),
     "mcnemar": ("task", "diagnoser_a", "diagnoser_b"),
     "setup": ("task",),

@@ -127,14 +127,15 @@ class Report:
         rows = self.labels
         columns = [*condition_names(), UNKNOWN]
         columns += sorted({r.predicted for r in results} - set(columns))
+        labels = list(dict.fromkeys([*columns, *rows]))  # truths such as "a+b" are no answer
         matrix = (
             confusion_matrix(
-                [r.condition for r in results], [r.predicted for r in results], labels=columns
+                [r.condition for r in results], [r.predicted for r in results], labels=labels
             )
             if results
-            else [[0] * len(columns) for _ in columns]
+            else [[0] * len(labels) for _ in labels]
         )
-        frame = pd.DataFrame(matrix, index=columns, columns=columns).loc[rows]
+        frame = pd.DataFrame(matrix, index=labels, columns=labels).loc[rows, columns]
         frame.index.name, frame.columns.name = "true", "predicted"
         return frame
 

@@ -30,6 +30,7 @@ from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, Diagnosis
 from faultbench.scoring.run import Probe, Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
+from faultbench.training.loop import THREADS  # the runs' thread count
 
 #: What a diagnosis can end as: answered, raised or answered nonsense, ran past
 #: its limit, or took its worker process down (segfault, ``os._exit``).
@@ -148,11 +149,28 @@ def _invalid(diagnoser: object, answer: object) -> str:
 
 
 def _call_limited(fn: Callable[[], Any], seconds: float) -> Any:
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr), _reproducible():
         if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
             with _alarm(seconds):
                 return fn()
         return _in_thread(fn, seconds)
+
+
+@contextlib.contextmanager
+def _reproducible() -> Iterator[None]:
+    # A probe trains with the runs' one thread, so a diagnosis gives the same
+    # answer on any machine (a sum's last bits follow the thread count), and a
+    # tiny model is not slowed by thread hand-offs. (Deterministic algorithms
+    # matter on accelerators; on the CPU the thread count is what varies, and
+    # torch's first switch to them costs seconds a time limit would count.)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager

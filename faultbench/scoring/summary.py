@@ -36,19 +36,20 @@ def matrix_text(frame: pd.DataFrame) -> str:
     short = frame.rename(columns=codes)
     short.columns.name = "true \\ predicted"
     short.index.name = None
-    return short.to_string() + "\n" + "\n".join(_packed(codes))
+    legend = [f"{code} = {name}" for name, code in codes.items()]
+    return short.to_string() + "\n" + "\n".join(packed("columns:", legend))
 
 
-def _packed(codes: dict[str, str]) -> list[str]:
-    """The legend's "code = name" entries, never split, in lines of at most WIDTH."""
-    lines, line = [], "columns:"
-    for name, code in codes.items():
-        entry = f" {code} = {name},"
-        if len(line) + len(entry) > WIDTH:
+def packed(head: str, entries: Sequence[str]) -> list[str]:
+    """``head`` and the comma-separated entries, never split, in lines of at most WIDTH."""
+    lines, line = [], head
+    for i, entry in enumerate(entries):
+        text = f" {entry}" + ("," if i < len(entries) - 1 else "")
+        if len(line) + len(text) > WIDTH:
             lines.append(line)
             line = " "
-        line += entry
-    return [*lines, line.rstrip(",")]
+        line += text
+    return [*lines, line]
 
 
 def render(report: Any) -> str:
@@ -63,9 +64,12 @@ def render(report: Any) -> str:
         matrix_text(report.confusion),
         "",
         f"{report.correct}/{report.total} correct ({kind})",
-        "per seed: "
-        + ", ".join(
-            f"seed {s}: {int(r.correct)}/{int(r.total)}" for s, r in report.seed_scores.iterrows()
+        *packed(
+            "per seed:",
+            [
+                f"seed {s}: {int(r.correct)}/{int(r.total)}"
+                for s, r in report.seed_scores.iterrows()
+            ],
         ),
         f"probe steps per diagnosis: {report.mean_probe_steps:.0f} "
         f"(training steps per run: {report.mean_train_steps:.0f})",

@@ -32,12 +32,13 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from faultbench.core.errors import FaultbenchError
+from faultbench.faults.fault import labels
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
 
-GRACE = 1.0  # seconds past the limit for the worker's own alarm to answer, before SIGTERM
+GRACE = 2.0  # seconds past the limit for the worker's own alarm to answer, before SIGTERM
 TERM_WAIT = 0.5  # seconds between SIGTERM and SIGKILL: a worker that ignores SIGTERM dies anyway
 START_LIMIT = 300.0  # seconds a fresh worker may take to import torch and load the diagnoser
 BUILD_LIMIT = 120.0  # seconds the worker may take to rebuild a run's setup and probe
@@ -101,7 +102,7 @@ class DiagnosisWorker:
         self._proc, self._conn = proc, conn
         self.started += 1
         _LIVE.add(self)
-        conn.send((sys.path, self._payload, self.timeout, _threads()))
+        conn.send((sys.path, self._payload, self.timeout))
         kind, value = self._receive(START_LIMIT)
         if kind != "ready":
             why = value if kind == "failed" else _start_failure(kind, proc)
@@ -113,11 +114,10 @@ class DiagnosisWorker:
     def diagnose(self, record: RunRecord) -> Outcome:
         """Diagnose one stored run; never raises except for ``KeyboardInterrupt``."""
         try:
-            self.start()
+            self._send(record)
         except FaultbenchError as exc:  # it loaded once: a later start failing is this run's
             return Outcome("crashed", UNKNOWN, message=str(exc))
-        assert self._conn is not None and self._proc is not None
-        self._conn.send(record)
+        assert self._proc is not None
         kind, value = self._receive(BUILD_LIMIT)
         if kind == "started":
             start = time.perf_counter()
@@ -131,6 +131,18 @@ class DiagnosisWorker:
         self.close(kill=True)
         status = "timeout" if kind == "waiting" else "crashed"
         return Outcome(status, UNKNOWN, message=message, seconds=seconds)
+
+    def _send(self, record: RunRecord) -> None:
+        """Hand ``record`` to a live worker (a fresh one if the last died while idle)."""
+        for _ in range(2):
+            self.start()
+            assert self._conn is not None
+            try:
+                self._conn.send(record)
+                return
+            except OSError:  # its pipe is closed: the process is gone
+                self.close(kill=True)
+        raise FaultbenchError(f"diagnoser '{self.name}': its worker process dies on arrival")
 
     def _receive(self, limit: float) -> tuple[str, Any]:
         """The worker's next message, or ("waiting", None) / ("died", None)."""
@@ -256,13 +268,6 @@ def wants_worker(diagnoser: Diagnoser, isolate: bool | None) -> tuple[bool, str]
     return True, ""
 
 
-def _threads() -> int:
-    """The torch thread count of this process, so a probe trains alike in the worker."""
-    import torch
-
-    return int(torch.get_num_threads())
-
-
 def serve(read_fd: int, write_fd: int) -> None:
     """The worker's loop: load once, then answer one record at a time until told to stop.
 
@@ -276,12 +281,10 @@ def serve(read_fd: int, write_fd: int) -> None:
     faulthandler.enable()  # a segfault leaves its traceback on stderr
     conn = _Pipe(read_fd, write_fd)
     try:
-        path, payload, timeout, threads = conn.recv()
+        path, payload, timeout = conn.recv()
         sys.path[:] = path  # the driver's: the diagnoser's module must import as it did there
-        import torch
-
-        torch.set_num_threads(threads)
         diagnoser, task = pickle.loads(payload)
+        labels()  # the registries load now (plug-ins included), not inside the first time limit
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
