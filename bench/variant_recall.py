@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+import torch
+
 from faultbench.faults.fault import HEALTHY, OTHER_FAULT, condition, variant_conditions
 from faultbench.scoring.evaluate import RunResult, evaluate
 from faultbench.storage.store import Store
@@ -70,6 +72,9 @@ def main() -> None:
     parser.add_argument("--store", default=None, help="record directory (default: the usual)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    # Diagnoses run here, in this process: on one thread, as in a worker. Two threads
+    # on a busy 2-core host made one rules diagnosis 30x slower, past its time limit.
+    torch.set_num_threads(1)
     store = Store(args.store) if args.store else Store()
     for task in args.tasks.split(","):
         print("\n".join(measure(args.diagnoser, task, args.seeds, store, args.workers)))

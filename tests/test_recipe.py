@@ -236,10 +236,18 @@ def _waits(ident: str, severity: float, compute: float) -> np.ndarray:
     return np.array(waits)
 
 
-@pytest.mark.parametrize("ident", ["starved_loader", "starved_loader.slow_dataset"])
-def test_starved_loader_waits_a_multiple_of_the_loops_measured_compute(ident: str) -> None:
+# (variant, most it may wait over 3x the compute). A pause sleeps, and a sleep ends on
+# time on a busy machine too; a slow Dataset's work is CPU work, which a machine busy
+# with other processes stretches (on a 2-core host at load 15: up to about 7x).
+@pytest.mark.parametrize(
+    ("ident", "most"), [("starved_loader", 4.5), ("starved_loader.slow_dataset", 9)]
+)
+def test_starved_loader_waits_a_multiple_of_the_loops_measured_compute(
+    ident: str, most: float
+) -> None:
     for compute in (0.002, 0.008):  # a fast machine's step, and a slow one's
         waits = _waits(ident, 3.0, compute)
-        assert np.median(waits[:20]) < compute  # the first steps are timed, not starved
-        ratio = np.median(waits[25:]) / compute
-        assert 2.5 < ratio < 4.0, (compute, ratio)
+        own = np.median(waits[:20])  # the first steps are timed, not starved: what the
+        assert own < compute  # loader costs by itself (a DataLoader's collation, say)
+        ratio = (np.median(waits[25:]) - own) / compute
+        assert 2.5 < ratio < most, (compute, ratio)

@@ -266,6 +266,10 @@ def test_every_variant_runs_or_says_why_not(task: str) -> None:
     for ident, why in skipped.items():
         with pytest.raises(FaultbenchError, match=re.escape(why)):
             condition(ident).apply(_recipe(task))
+        with pytest.raises(FaultbenchError, match=re.escape(f"does not apply to {task}: {why}")):
+            condition(ident, task=the_task)  # before any work
+    for cond in conditions:
+        assert condition(cond.name, task=the_task) == cond
 
 
 def _recipe(task: str):  # type: ignore[no-untyped-def]

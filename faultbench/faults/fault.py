@@ -251,15 +251,16 @@ class Condition:
         return "-".join(find(ident)[0].source_hash for ident, _ in self.faults)
 
 
-def condition(*faults: str | tuple[str, float | None]) -> Condition:
+def condition(*faults: str | tuple[str, float | None], task: Task | None = None) -> Condition:
     """Build a validated condition from names (canonical severity) or (name, severity).
 
     A name is a fault (its classic variant) or ``fault.variant``.
     ``condition()`` and ``condition("healthy")`` are the healthy condition.
+    With ``task``, a variant that cannot apply to it is refused here, before any work.
 
     Raises:
-        FaultbenchError: an unknown fault or variant, a severity out of range, or
-            the same fault twice.
+        FaultbenchError: an unknown fault or variant, a severity out of range, the
+            same fault twice, or a variant that does not apply to ``task``.
     """
     pairs: list[tuple[str, float | None]] = []
     for item in faults:
@@ -267,6 +268,8 @@ def condition(*faults: str | tuple[str, float | None]) -> Condition:
         if ident == HEALTHY:
             continue
         found, variant = find(ident)
+        if task is not None and (why := inapplicable(ident, task)):
+            raise FaultbenchError(f"fault variant '{ident}' does not apply to {task.name}: {why}")
         knob, severity = variant.severity, None
         if knob is not None:
             severity = knob.check(ident, knob.canonical if value is None else value)
