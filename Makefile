@@ -24,7 +24,7 @@ run: $(STAMP)  ## the main job: score the reference rules on the held-out task
 	$(BIN)/faultbench run --diagnoser rules --task synthetic
 
 test: $(STAMP)  ## the full test suite
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 lint: $(STAMP)  ## ruff (lint + format check), mypy and the import contract (.importlinter)
 	$(BIN)/ruff check .
