@@ -10,25 +10,24 @@ Three added lines in a user's loop::
 The benchmark's loop uses exactly this class, so what a diagnoser is scored on
 is what it will see on a user's run.
 
-What it watches (see :mod:`faultbench.training.layers` and
-:mod:`faultbench.training.activations`): every module with parameters of its
-own, whatever its type, and the activation modules of the ReLU family and
-Sigmoid/Tanh, through public forward hooks. It never moves, copies into or
-wraps the model's parameters or methods; it computes with public, fused torch
-calls on the parameters' own device, and reads nothing back from the device
-inside :meth:`Monitor.step`: per-step values are stacked on the device and
-copied to the host in blocks without waiting (:mod:`faultbench.training.hostlog`),
-and only :meth:`Monitor.trace` waits for them.
+What it watches (see :mod:`faultbench.training.layers`,
+:mod:`faultbench.training.activations` and :mod:`faultbench.training.widths`):
+every module with parameters of its own, whatever its type, and the
+activation modules of the ReLU family and Sigmoid/Tanh, through public
+forward hooks. It only reads the model: no parameter is moved or replaced and
+no method patched. It computes with public torch calls on the parameters' own
+device and reads nothing back from the device inside :meth:`Monitor.step`:
+per-step values are kept there and copied to the host in blocks without
+waiting (:mod:`faultbench.training.hostlog`); only :meth:`Monitor.trace` waits.
 
 Cost: a recorded step copies the gradients and the weights into a block on
-their device (two ``torch.cat`` calls), reduced every few dozen steps; each
+their device (two ``torch.cat`` calls), reduced 32 steps at a time; each
 watched activation module's output costs three or four small reductions per
-forward. ``every=k`` records them on
-every k-th step only (steps 1, 1 + k, 1 + 2k, ...; the others cost a few
-microseconds). The default, ``every=1``, records every step, as the benchmark
-does, so a user's trace reads like the ones the diagnosers were scored on; on
-the 0.5 ms digits MLP that costs the most relative to the step, and next to
-nothing on a step of 10 ms (``faultbench bench`` measures all three).
+forward. ``every=k`` records these on steps 1, 1 + k, 1 + 2k, ... only; the
+other steps cost the loss, the timings and a few list appends. The default,
+``every=1``, records every step, as the benchmark does, so a user's trace reads
+like the ones the diagnosers were scored on. ``faultbench bench`` prices it on
+three step sizes (README, Performance).
 """
 
 from __future__ import annotations
