@@ -98,7 +98,7 @@ class _Watched:
         self.log.extend(torch.stack([never.to(dtype), flagged.to(dtype), abs_sums], 1))
 
     def shares(self) -> np.ndarray:
-        """Per forward: [share of units never > 0, share of outputs > 0 not (ReLU
+        """Per forward: [share of units never > 0, share of outputs not > 0 (ReLU
         family) or saturated, mean |output|]; NaN for units of an unbatched output."""
         self.flush()
         raw = self.log.read()
