@@ -16,7 +16,8 @@ from torch import nn
 from faultbench import Monitor, Probe
 from faultbench.cli.main import main
 from faultbench.core.errors import FaultbenchError
-from faultbench.faults.fault import base_setup, condition_names
+from faultbench.faults.fault import condition_names
+from faultbench.faults.recipe import base_setup, named_optimizer
 from faultbench.scoring.diagnosis import Diagnosis
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.run import Run
@@ -290,26 +291,29 @@ def _user_loop(
     """A user's own loop on a shipped task's data, with one bug, and its probe."""
     torch.manual_seed(0)
     task = get_task(task_name)
-    setup = dataclasses.replace(base_setup(task, 0), softmax_head=softmax)
+    recipe = base_setup(task, 0)
 
     def make_model() -> nn.Module:
-        return build_model(setup)
+        model = build_model(recipe)
+        if softmax:  # the bug: probabilities go into cross_entropy
+            model.add_module("softmax", nn.Softmax(dim=1))
+        return model
 
     model = make_model()
-    if freeze_first:  # the bug: the first layer is frozen by hand, yet handed to Adam
+    if freeze_first:  # the bug: the first layer is frozen by hand, yet handed to the optimizer
         first = next(m for m in model.modules() if isinstance(m, nn.Linear))
         for p in first.parameters():
             p.requires_grad_(False)
-    optimizer = torch.optim.Adam(model.parameters(), lr=setup.lr)
+    optimizer = named_optimizer([{"params": list(model.parameters())}], recipe)
     X, y = torch.from_numpy(task.X_train), torch.from_numpy(task.y_train)
     X_val, y_val = torch.from_numpy(task.X_val), torch.from_numpy(task.y_val)
     order = torch.Generator().manual_seed(0)
 
     def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for _ in range(steps):
-            i = torch.randint(len(y), (setup.batch_size,), generator=order)
+            i = torch.randint(len(y), (recipe.batch_size,), generator=order)
             # the bug: the targets are drawn apart from their inputs
-            j = torch.randint(len(y), (setup.batch_size,), generator=order) if targets_apart else i
+            j = torch.randint(len(y), (recipe.batch_size,), generator=order) if targets_apart else i
             yield X[i], y[j]
 
     monitor = Monitor(model, optimizer)

@@ -89,8 +89,8 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=positive_seconds,
         default=DEFAULT_TIMEOUT,
-        help=f"seconds one diagnosis may take, a positive number (default: {DEFAULT_TIMEOUT:g}); "
-        "a diagnosis past it is killed and counted wrong",
+        help=f"seconds one diagnosis may take (default: {DEFAULT_TIMEOUT:g}), a positive number; "
+        "a diagnosis past it is stopped (its worker killed) and counted wrong",
     )
     parser.add_argument(
         "--in-process",
