@@ -1,6 +1,6 @@
 """Score the published diagnosers' ports once and count which of their rules ever fire.
 
-    .venv/bin/python bench/ports_firing.py --store /tmp/ports-store [--tasks digits synthetic]
+    .venv/bin/python bench/ports_firing.py --store DIR [--tasks digits synthetic] [--ports ...]
 
 For each port and task: correct/total on the classic grid (every canonical condition,
 5 seeds; runs missing from the store are trained), the answers per condition, and for
@@ -48,8 +48,10 @@ def main() -> None:
     parser.add_argument("--store", required=True, help="record store shared by the runs")
     parser.add_argument("--tasks", nargs="+", default=["digits", "synthetic"])
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--ports", nargs="+", default=list(PORTS), choices=list(PORTS))
     args = parser.parse_args()
-    for name, module in PORTS.items():
+    for name in args.ports:
+        module = PORTS[name]
         rules = importlib.import_module(module).RULES
         reports = [evaluate(name, t, seeds=args.seeds, store=args.store) for t in args.tasks]
         print(f"== {name}")
