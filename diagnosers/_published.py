@@ -23,8 +23,7 @@ that fired (``evidence["fired"]``), so that a benchmark can count which rules ev
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +36,7 @@ from faultbench.faults.fault import condition_names
 from faultbench.scoring import diagnosis as diagnosis_module
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnosis, finite_or_none
 from faultbench.scoring.run import Probe, Run
+from faultbench.storage.runner import one_thread  # noqa: F401  (the ports' one-thread probe)
 from faultbench.training.trace import Trace
 
 OTHER_FAULT = "other_fault"  # "something is broken, and none of the nine" (issue 18's label)
@@ -315,21 +315,6 @@ def make_optimizer(run: Run, params: Sequence[torch.nn.Parameter]) -> torch.opti
         return None
     optimizer: torch.optim.Optimizer = cls(params, lr=run.config.lr)  # type: ignore[call-arg]
     return optimizer
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Train the probe's small model on one thread, as the runs themselves are trained.
-
-    A model this small gains nothing from intra-op threads and, next to other work on
-    a busy machine, loses an order of magnitude to their hand-offs.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

@@ -332,8 +332,8 @@ class _Monitor:
             return
         self._set("abnormal_loss", abnormal_loss(history))
         judged = len(history) >= JUDGMENT_POINT * self.total - CHECK_EVERY
-        for rule in HISTORY_RULES if judged else ():
-            self._set(rule.__name__, rule(history))
+        for history_rule in HISTORY_RULES if judged else ():
+            self._set(history_rule.__name__, history_rule(history))
 
     def judge(self) -> list[str]:
         """``judge_issue``: the problems the flags name, in the order they are raised."""

@@ -71,6 +71,7 @@ import math
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -211,7 +212,7 @@ class _Programme:
         return float(loss.detach()), acc, out.detach(), {k: v.detach() for k, v in outputs.items()}
 
 
-def _tensors(model: nn.Module) -> tuple[dict[str, nn.Parameter], dict[str, nn.Parameter]]:
+def _tensors(model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
     weights = {f"{n}.weight": m.weight for n, m in weighted_layers(model)}
     biases = {f"{n}.bias": m.bias for n, m in weighted_layers(model) if m.bias is not None}
     return weights, biases

@@ -43,7 +43,7 @@ def train_record(job: TrainJob) -> RunRecord:
     spec = job.spec
     try:
         task = job.task or get_task(spec.task)
-        with _one_thread():
+        with one_thread():
             result = train(spec.condition.apply(base_setup(task, spec.seed)))
     except Exception as exc:
         detail = traceback.format_exc(limit=3)
@@ -61,7 +61,8 @@ def train_record(job: TrainJob) -> RunRecord:
 
 
 @contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
+    """One torch thread while inside, the caller's count after."""
     # A run this small only loses to thread hand-offs, and in-process training
     # next to a busy machine inflated compute time enough to hide a starved loader.
     before = torch.get_num_threads()
