@@ -15,7 +15,7 @@ PACKAGE_DIRS := $(shell find faultbench datasets diagnosers -type d -not -name _
 # directory (the default mode's import hook loses to a stray `faultbench/` folder in it).
 $(STAMP): requirements.lock pyproject.toml Makefile $(PACKAGE_DIRS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
 		--config-settings editable_mode=strict -e .
 	touch $(STAMP)

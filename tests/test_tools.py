@@ -16,15 +16,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench.diagnosers import _tools, cockpit_tool, lr_range, weightwatcher_tool
+from faultbench.faults.architectures import body
 from faultbench.faults.fault import base_setup, condition, condition_names
+from faultbench.faults.recipe import BatchStream
 from faultbench.scoring.diagnosis import get_diagnoser
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.harness import diagnose_safely
 from faultbench.scoring.run import Probe, Run
 from faultbench.tasks.task import get_task
 from faultbench.tools.checks import run_checks
-from faultbench.training.architectures import body
-from faultbench.training.model import BatchStream, build_model
+from faultbench.training.model import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = {"lr-range": lr_range, "weightwatcher": weightwatcher_tool, "cockpit": cockpit_tool}
@@ -48,7 +49,7 @@ def _run(grid, fault: str, seed: int = 0) -> Run:
 
 
 def _diagnose(name: str, run: Run):
-    outcome = diagnose_safely(get_diagnoser(name), run, timeout=0)
+    outcome = diagnose_safely(get_diagnoser(name), run, timeout=600)
     assert outcome.status == "ok", outcome.message
     return outcome
 
@@ -243,7 +244,7 @@ def test_cockpit_abstains_on_a_model_backpack_cannot_instrument(digits_grid) -> 
     def make_model() -> nn.Module:
         torch.manual_seed(0)
         return nn.Sequential(
-            OrderedDict(body("gru", n_features=12, n_classes=5, hidden=16, image_side=0))
+            OrderedDict(body("gru", n_features=12, n_classes=5, widths=[16], image_side=0))
         )
 
     X = torch.randint(0, 5, (64, 12)).float()

@@ -143,7 +143,8 @@ def verdict_of(diagnosis: Diagnosis, checks: tuple[Check, ...], run: Run) -> tup
 
 
 def _has_accuracy(run: Run) -> bool:
-    values = np.concatenate([run.trace.train_acc, run.trace.val_acc])
+    # Batch accuracies count: the three-line loop gives Monitor.step its output and target.
+    values = np.concatenate([run.trace.train_acc, run.trace.val_acc, run.trace.batch_acc])
     return bool(np.isfinite(values).any())
 
 
