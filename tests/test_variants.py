@@ -15,6 +15,7 @@ from conftest import SIGNAL_SEEDS
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import (
     FAULTS,
+    HEALTHY,
     HELD_OUT,
     OTHER_FAULT,
     PARTS,
@@ -332,3 +333,19 @@ def test_list_shows_every_variant_and_held_out_fault(capsys: pytest.CaptureFixtu
         assert f".{variant.name} " in out[at:] and variant.summary in out[at:]
         assert (at > held) == (fault.name in HELD_OUT.names())
     assert "not on digits: the inputs are not images" in out
+
+
+@pytest.mark.parametrize("ident", variant_ids())
+def test_a_run_is_right_only_under_its_faults_answer(ident: str) -> None:
+    from faultbench.scoring.evaluate import RunResult
+
+    fault = ident.partition(".")[0]
+    held = fault in HELD_OUT.names()
+    right = OTHER_FAULT if held else fault
+
+    def answered(label: str) -> bool:
+        return RunResult(seed=0, condition=ident, predicted=label, status="ok").correct
+
+    assert answered(right)
+    assert not answered(HEALTHY) and not answered(ident if "." in ident else "unknown")
+    assert answered(OTHER_FAULT) is held  # other_fault is wrong on a known fault

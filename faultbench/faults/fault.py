@@ -285,6 +285,19 @@ def condition_names() -> list[str]:
     return [HEALTHY, *FAULTS.names()]
 
 
+def answer_for(name: str) -> str:
+    """The answer that is right for the condition called ``name``.
+
+    A variant is scored under its fault's label (``frozen_layer.requires_grad``
+    is right as ``frozen_layer``); a held-out fault, whose name no diagnoser is
+    told, is right only as ``other_fault``.
+    """
+    parts = [part.partition(".")[0] for part in name.split("+")]
+    if any(part in HELD_OUT.names() for part in parts):
+        return OTHER_FAULT
+    return "+".join(parts)
+
+
 def labels() -> list[str]:
     """Every answer a diagnoser may give: ``healthy``, each known fault, ``other_fault``."""
     return [*condition_names(), OTHER_FAULT]

@@ -15,6 +15,7 @@ from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import (
     HEALTHY,
     Condition,
+    answer_for,
     canonical_conditions,
     condition_names,
 )
@@ -56,9 +57,14 @@ class RunResult:
     deviations: tuple[str, ...] = ()  # the trace signals outside the healthy runs' spread
 
     @property
+    def truth(self) -> str:
+        """The right answer: the condition's fault label, ``other_fault`` for a held-out one."""
+        return answer_for(self.condition)
+
+    @property
     def correct(self) -> bool:
-        """Whether the answer names the injected condition."""
-        return self.status == "ok" and self.predicted == self.condition
+        """Whether the answer names the injected condition (see :attr:`truth`)."""
+        return self.status == "ok" and self.predicted == self.truth
 
 
 @dataclass(frozen=True)
