@@ -35,7 +35,8 @@ lint: $(STAMP)  ## ruff (lint + format check), mypy and the import contract (.im
 clean:
 	rm -rf $(VENV) build *.egg-info faultbench/*.so
 
-report: $(STAMP)  ## regenerate results/ from stored runs (trains only what is missing)
+report: $(STAMP)  ## recalibrate the severity levels, then regenerate results/ (trains only what is missing)
+	$(BIN)/faultbench calibrate
 	$(BIN)/faultbench report
 	$(BIN)/faultbench sweep --fault lr_too_high --diagnoser rules --task digits
 	$(BIN)/faultbench pairs --diagnoser rules --task digits

@@ -53,7 +53,10 @@ def main() -> None:
     for name in args.ports:
         module = PORTS[name]
         rules = importlib.import_module(module).RULES
-        reports = [evaluate(name, t, seeds=args.seeds, store=args.store) for t in args.tasks]
+        reports = [
+            evaluate(name, t, seeds=args.seeds, grid="classic", store=args.store)
+            for t in args.tasks
+        ]
         print(f"== {name}")
         for report in reports:
             score = f"{report.correct}/{report.total}"

@@ -27,6 +27,8 @@ def test_run_json_on_stored_runs(
 ) -> None:
     argv = [
         "run",
+        "--grid",
+        "classic",
         "--diagnoser",
         "always-healthy",
         "--task",
@@ -54,6 +56,8 @@ def test_run_table_labels_tuned(
 ) -> None:
     argv = [
         "run",
+        "--grid",
+        "classic",
         "--diagnoser",
         "random",
         "--task",
@@ -83,15 +87,25 @@ def test_list_shows_registries(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (
-            ["run", "--diagnoser", "always-healthy", "--task", "digts"],
+            ["run", "--grid", "classic", "--diagnoser", "always-healthy", "--task", "digts"],
             "Unknown task 'digts'. Did you mean 'digits'?",
         ),
         (
-            ["run", "--diagnoser", "always-healty", "--task", "digits"],
+            ["run", "--grid", "classic", "--diagnoser", "always-healty", "--task", "digits"],
             "Unknown diagnoser 'always-healty'. Did you mean 'always-healthy'?",
         ),
         (
-            ["run", "--diagnoser", "random", "--task", "digits", "--seeds", "0"],
+            [
+                "run",
+                "--grid",
+                "classic",
+                "--diagnoser",
+                "random",
+                "--task",
+                "digits",
+                "--seeds",
+                "0",
+            ],
             "expected an integer of at least 1; got 0",
         ),
     ],
@@ -133,7 +147,17 @@ def test_the_printed_report_fits_100_columns_and_spells_out_its_codes(grid: str)
     assert repr(report) == f"<Report d on digits (held-out): {score}, 0 failed answers>"
 
 
-PROGRESS_RUN = ("run", "--diagnoser", "always-healthy", "--task", "synthetic", "--seeds", "1")
+PROGRESS_RUN = (
+    "run",
+    "--grid",
+    "classic",
+    "--diagnoser",
+    "always-healthy",
+    "--task",
+    "synthetic",
+    "--seeds",
+    "1",
+)
 PROGRESS_RUN += ("--engine", "serial")
 
 

@@ -189,6 +189,8 @@ def _cli(*args: str, env_store: Path) -> subprocess.CompletedProcess[str]:
 def test_cli_survives_misbehaving_diagnoser(name, status, extra, digits_grid, shared_store_root):
     proc = _cli(
         "run",
+        "--grid",
+        "classic",
         "--diagnoser",
         f"bad_diagnosers:{name}",
         "--task",
@@ -215,7 +217,17 @@ def test_cli_survives_misbehaving_diagnoser(name, status, extra, digits_grid, sh
 
 
 def test_cli_prints_each_distinct_failure_with_its_count(digits_grid, shared_store_root):
-    argv = ["run", "--diagnoser", "bad_diagnosers:Raising", "--task", "digits", "--seeds", "2"]
+    argv = [
+        "run",
+        "--grid",
+        "classic",
+        "--diagnoser",
+        "bad_diagnosers:Raising",
+        "--task",
+        "digits",
+        "--seeds",
+        "2",
+    ]
     proc = _cli(*argv, "--engine", "serial", env_store=shared_store_root)
     assert proc.returncode == 0, proc.stderr
     n = len(condition_names())
@@ -231,7 +243,17 @@ def test_ctrl_c_stops_a_diagnosis_stuck_in_c_and_its_worker(digits_grid, shared_
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
         "FAULTBENCH_STORE": str(shared_store_root),
     }
-    argv = ["run", "--diagnoser", "bad_diagnosers:CLoop", "--task", "digits", "--seeds", "1"]
+    argv = [
+        "run",
+        "--grid",
+        "classic",
+        "--diagnoser",
+        "bad_diagnosers:CLoop",
+        "--task",
+        "digits",
+        "--seeds",
+        "1",
+    ]
     proc = subprocess.Popen(
         [sys.executable, "-m", "faultbench", *argv, "--timeout", "600"],
         stdout=subprocess.PIPE,

@@ -224,7 +224,9 @@ def test_scores_of_the_baselines(
     digits_grid: dict[tuple[str, int], RunRecord], shared_store_root: Path
 ) -> None:
     store = Store(shared_store_root)
-    reports = [evaluate(name, "digits", seeds=SEEDS, store=store) for name in BASELINES]
+    reports = [
+        evaluate(name, "digits", seeds=SEEDS, grid="classic", store=store) for name in BASELINES
+    ]
     table = score_table(reports).set_index("diagnoser")
     assert list(table.index) == sorted(BASELINES)
     healthy = table.loc["always-healthy"]

@@ -80,6 +80,8 @@ def test_broken_record_is_retrained_as_a_new_attempt_and_cli_says_so(stored, dig
             "-m",
             "faultbench",
             "run",
+            "--grid",
+            "classic",
             "--diagnoser",
             "always-healthy",
             "--task",
@@ -162,14 +164,24 @@ def test_nothing_loads_torch_or_pickle_unsafely():
 
 def test_cli_help_documents_timeout_and_module_code(capsys):
     with pytest.raises(SystemExit):
-        cli.main(["run", "--help"])
+        cli.main(["run", "--grid", "classic", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--timeout" in text and "seconds one diagnosis may take (default: 60)" in text
     assert "imports and runs that module" in text
 
 
 def _run_cli(store: Path) -> subprocess.Popen[str]:
-    argv = ["run", "--diagnoser", "always-healthy", "--task", "synthetic", "--seeds", "1"]
+    argv = [
+        "run",
+        "--grid",
+        "classic",
+        "--diagnoser",
+        "always-healthy",
+        "--task",
+        "synthetic",
+        "--seeds",
+        "1",
+    ]
     return subprocess.Popen(
         [sys.executable, "-m", "faultbench", *argv, "--engine", "serial", "--json"],
         stdout=subprocess.PIPE,

@@ -17,7 +17,18 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.scoring.evaluate import evaluate
 from faultbench.storage.store import Store
 
-RUN = ["run", "--diagnoser", "always-healthy", "--task", "digits", "--seeds", "1", "--json"]
+RUN = [
+    "run",
+    "--grid",
+    "classic",
+    "--diagnoser",
+    "always-healthy",
+    "--task",
+    "digits",
+    "--seeds",
+    "1",
+    "--json",
+]
 
 
 def _cli(argv: list[str], *, read_only: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -62,7 +62,7 @@ def test_from_arrays_task_runs_through_evaluate() -> None:
     task = fb.Task.from_arrays(
         "iris", iris.data, iris.target_names[iris.target], defaults=TrainDefaults(steps=60)
     )
-    report = fb.evaluate("always-healthy", task, seeds=1)
+    report = fb.evaluate("always-healthy", task, seeds=1, grid="classic")
     assert (report.correct, report.total) == (1, 10)
     assert report.task == "iris" and report.tuned is False
     assert list(report.confusion.index) == fb.condition_names()

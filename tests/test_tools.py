@@ -214,7 +214,16 @@ def _line(listing: str, name: str) -> str:
 @pytest.mark.parametrize(("name", "module"), [*TOOL_MODULE.items(), ("cockpit", "pkg_resources")])
 def test_without_the_tool_run_is_one_line_exit_2(tmp_path: Path, name: str, module: str) -> None:
     # pkg_resources: what cockpit meets with setuptools 81 or later.
-    shown = _cli("run", "--diagnoser", name, "--task", "digits", env=_blocked(tmp_path, module))
+    shown = _cli(
+        "run",
+        "--grid",
+        "classic",
+        "--diagnoser",
+        name,
+        "--task",
+        "digits",
+        env=_blocked(tmp_path, module),
+    )
     assert shown.returncode == 2
     lines = shown.stderr.strip().splitlines()
     assert len(lines) == 1, shown.stderr
@@ -228,8 +237,8 @@ def test_without_the_tool_run_is_one_line_exit_2(tmp_path: Path, name: str, modu
 @pytest.mark.parametrize("name", MODULES)
 def test_cli_run_end_to_end(digits_grid, shared_store_root: Path, name: str) -> None:
     shown = _cli(
-        "run", "--diagnoser", name, "--task", "digits", "--seeds", "1", "--json",
-        "--store", str(shared_store_root),
+        "run", "--grid", "classic", "--diagnoser", name, "--task", "digits", "--seeds", "1",
+        "--json", "--store", str(shared_store_root),
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)

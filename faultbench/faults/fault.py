@@ -218,7 +218,7 @@ class Condition:
     @property
     def label(self) -> str:
         """The truth a diagnoser is scored against: the faults' names, joined by ``+``."""
-        return "+".join(ident.partition(".")[0] for ident, _ in self.faults) or HEALTHY
+        return label_of(self.name)
 
     @property
     def labels(self) -> frozenset[str]:
@@ -283,6 +283,11 @@ def condition(*faults: str | tuple[str, float | None], task: Task | None = None)
 def condition_names() -> list[str]:
     """The classic grid's labels: ``healthy`` then every known fault."""
     return [HEALTHY, *FAULTS.names()]
+
+
+def label_of(name: str) -> str:
+    """The fault label of the condition called ``name``: its variants' names dropped."""
+    return "+".join(part.partition(".")[0] for part in name.split("+"))
 
 
 def answer_for(name: str) -> str:

@@ -14,12 +14,14 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import (
     HEALTHY,
+    OTHER_FAULT,
     Condition,
     answer_for,
-    canonical_conditions,
     condition_names,
+    label_of,
 )
-from faultbench.scoring import summary
+from faultbench.faults.grid import GridPoint, grid_points
+from faultbench.scoring import scores, summary
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.scoring.manifest import manifestation
@@ -55,6 +57,8 @@ class RunResult:
     also: tuple[str, ...] = ()  # further labels the diagnoser named (multi-fault runs)
     manifested: bool | None = None  # the fault visibly changed the trace (None: untested)
     deviations: tuple[str, ...] = ()  # the trace signals outside the healthy runs' spread
+    variant: str = ""  # the fault's mechanism, ``fault.variant`` ('' for healthy)
+    level: str = ""  # mild, moderate, severe, canonical or fixed ('' for healthy)
 
     @property
     def truth(self) -> str:
@@ -79,6 +83,40 @@ class Report:
     trained: int = 0  # runs trained by this evaluation (the rest were stored)
     notes: tuple[str, ...] = ()  # stale or broken records met on the way
     not_applicable: tuple[tuple[str, str], ...] = ()  # faults the task declares moot, and why
+    grid: str = "custom"  # the grid scored: full, classic, or custom (conditions given)
+
+    def scored_frame(self) -> pd.DataFrame:
+        """One row per diagnosis in the columns of :data:`faultbench.scoring.scores.COLUMNS`."""
+        from faultbench.scoring.scores import HELDOUT, KNOWN
+
+        rows = []
+        for r in self.results:
+            label = label_of(r.condition)
+            kind = HEALTHY if label == HEALTHY else HELDOUT if r.truth == OTHER_FAULT else KNOWN
+            rows.append(
+                {
+                    "diagnoser": self.diagnoser,
+                    "task": self.task,
+                    "tuned": self.tuned,
+                    "seed": r.seed,
+                    "truth": label,
+                    "kind": kind,
+                    "variant": r.variant,
+                    "level": r.level,
+                    "grid": self.grid,
+                    "predicted": r.predicted,
+                    "status": r.status,
+                    "probe_steps": r.probe_steps,
+                    "diagnose_seconds": r.diagnose_seconds,
+                }
+            )
+        return pd.DataFrame(rows, columns=list(scores.COLUMNS))
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """Identification (overall, per level, per variant), detection, false alarms, cost,
+        each share with its 95% Wilson interval (:func:`faultbench.scoring.scores.summary`)."""
+        return scores.to_jsonable(scores.summary(self.scored_frame()))
 
     @property
     def labels(self) -> list[str]:
@@ -206,6 +244,8 @@ class Report:
             "correct": self.correct,
             "total": self.total,
             "accuracy": self.accuracy,
+            "grid": self.grid,
+            "scores": self.scores,
             "confusion": {
                 t: {p: int(confusion.loc[t, p]) for p in confusion.columns} for t in confusion.index
             },
@@ -224,6 +264,8 @@ class Report:
                 {
                     "seed": r.seed,
                     "condition": r.condition,
+                    "variant": r.variant,
+                    "level": r.level,
                     "predicted": r.predicted,
                     "also": list(r.also),
                     "status": r.status,
@@ -256,6 +298,10 @@ def evaluate(
     *,
     seeds: int = 5,
     conditions: Sequence[Condition] | None = None,
+    grid: str = "full",
+    faults: Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    levels: Sequence[str] | None = None,
     store: Store | str | None = None,
     engine: Engine | None = None,
     timeout: float = DEFAULT_TIMEOUT,
@@ -272,7 +318,14 @@ def evaluate(
         diagnoser: A registered name, ``module:Class``, or a diagnoser object.
         task: A registered task name or a :class:`Task`.
         seeds: Number of seeds, 0 to ``seeds - 1``.
-        conditions: The conditions to run; the ten canonical ones by default.
+        conditions: The conditions to run (a "custom" grid); when given, ``grid``
+            and the selection below are ignored.
+        grid: "full" (every variant at its calibrated levels and the held-out
+            faults) or "classic" (the nine at their canonical severities); see
+            :mod:`faultbench.faults.grid`.
+        faults: Keep only these faults of the grid (healthy always stays).
+        variants: Keep only these variants (``fault.variant`` or the bare name).
+        levels: Keep only these severity levels (mild, moderate, severe, ...).
         store: Where records live; :func:`faultbench.storage.store.default_root` by default.
         engine: Where training runs; see :func:`faultbench.training.engine.make_engine`.
         timeout: Seconds one diagnosis may take before it counts as a timeout (positive).
@@ -296,13 +349,18 @@ def evaluate(
     timeout = check_timeout(timeout)
     diag = get_diagnoser(diagnoser)
     the_task = get_task(task)
+    if conditions:
+        points = [GridPoint(c, c.name if c.faults else "", "", "custom") for c in conditions]
+    else:
+        points = grid_points(the_task, grid, faults=faults, variants=variants, levels=levels)
     the_store = store if isinstance(store, Store) else Store(store)
     the_store.check()
     specs = [
-        RunSpec(the_task.name, the_task.fingerprint, cond, seed)
-        for cond in (conditions or canonical_conditions(task=the_task))
+        RunSpec(the_task.name, the_task.fingerprint, point.condition, seed)
+        for point in points
         for seed in range(seeds)
     ]
+    where = {point.condition: point for point in points}
     in_worker, note = wants_worker(diag, isolate)
     with _diagnoser_for(diag, the_task, timeout, in_worker) as diagnose:
         prepare = getattr(diag, "prepare", None)
@@ -319,7 +377,9 @@ def evaluate(
         with progress_bar(len(scored), desc, unit="run", show=progress) as bar:
             results = []
             for spec, record in scored:
-                results.append(_score_one(diagnose, spec, record))
+                point = where[spec.condition]
+                one = _score_one(diagnose, spec, record)
+                results.append(replace(one, variant=point.variant, level=point.level))
                 bar.update()
     healthy, more = _healthy_reference(specs, scored, seeds, the_task, the_store, engine)
     results = _with_manifestation(results, [record for _, record in scored], healthy)
@@ -334,6 +394,7 @@ def evaluate(
         trained=trained + more,
         notes=tuple([*the_store.notes, *([note] if note else [])]),
         not_applicable=tuple(sorted(the_task.inapplicable.items())),
+        grid=points[0].grid if points else "custom",
     )
 
 

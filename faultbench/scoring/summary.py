@@ -63,7 +63,7 @@ def render(report: Any) -> str:
         "",
         matrix_text(report.confusion),
         "",
-        f"{report.correct}/{report.total} correct ({kind})",
+        f"{report.correct}/{report.total} correct ({kind}; {report.grid} grid)",
         *packed(
             "per seed:",
             [
@@ -71,6 +71,7 @@ def render(report: Any) -> str:
                 for s, r in report.seed_scores.iterrows()
             ],
         ),
+        *score_lines(report.scores),
         f"probe steps per diagnosis: {report.mean_probe_steps:.0f} "
         f"(training steps per run: {report.mean_train_steps:.0f})",
         f"faulty runs: {seen['faulty_runs']}, named {seen['named']}, "
@@ -109,3 +110,23 @@ def coverage(results: Sequence[Any]) -> dict[str, float | None]:
         ),
         "abstained": float(len(results) - len(answered)),
     }
+
+
+def _share(cell: dict[str, Any]) -> str:
+    if not cell["n"]:
+        return "n/a"
+    interval = f"[95% {cell['low']:.2f}, {cell['high']:.2f}]"
+    return f"{cell['hits']}/{cell['n']} = {cell['value']:.3f} {interval}"
+
+
+def score_lines(scores: dict[str, Any]) -> list[str]:
+    """Identification (overall and per level), detection and false alarms, with intervals."""
+    ident = scores["identification"]
+    lines = [f"identification (known faults): {_share(ident['accuracy'])}"]
+    lines += [f"  {level}: {_share(cell)}" for level, cell in ident["by_level"].items()]
+    detect = scores["detection"]
+    if detect["not_healthy"]["n"]:
+        lines.append(f"held-out faults not called healthy: {_share(detect['not_healthy'])}")
+        lines.append(f"held-out faults called other_fault: {_share(detect['other_fault'])}")
+    lines.append(f"false alarms (healthy runs called faulty): {_share(scores['false_alarms'])}")
+    return lines

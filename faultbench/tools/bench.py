@@ -81,7 +81,7 @@ class BenchConfig:
     def preset(cls, quick: bool) -> BenchConfig:
         """The full benchmark, or a quick one that only shows every figure."""
         if quick:
-            return cls(pairs=3, cnn_pairs=2, big_pairs=2, big_steps=20, parallel_runs=4, seeds=1)
+            return cls(pairs=2, cnn_pairs=1, big_pairs=1, big_steps=10, parallel_runs=2, seeds=1)
         return cls(pairs=50, cnn_pairs=20, big_pairs=15, big_steps=100, parallel_runs=32, seeds=5)
 
 
@@ -278,7 +278,9 @@ def grid_times(seeds: int) -> list[Figure]:
         try:
             start = time.perf_counter()
             cold = [
-                evaluate(cold_name, t, seeds=seeds, store=Store(root), engine=engine)
+                evaluate(
+                    cold_name, t, seeds=seeds, grid="classic", store=Store(root), engine=engine
+                )
                 for t in BENCH_TASKS
             ]
             cold_s = time.perf_counter() - start
@@ -287,7 +289,14 @@ def grid_times(seeds: int) -> list[Figure]:
         warm_engine = LocalEngine()
         start = time.perf_counter()
         warm = [
-            evaluate(WARM_DIAGNOSER, t, seeds=seeds, store=Store(root), engine=warm_engine)
+            evaluate(
+                WARM_DIAGNOSER,
+                t,
+                seeds=seeds,
+                grid="classic",
+                store=Store(root),
+                engine=warm_engine,
+            )
             for t in BENCH_TASKS
         ]
         warm_s = time.perf_counter() - start

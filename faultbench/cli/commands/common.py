@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.limits import DEFAULT_TIMEOUT
@@ -128,3 +128,45 @@ def store_from(args: argparse.Namespace) -> Store:
 def isolate_from(args: argparse.Namespace) -> bool | None:
     """``evaluate``'s ``isolate``: False with ``--in-process``, else let it decide."""
     return False if getattr(args, "in_process", False) else None
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--grid``, ``--faults``, ``--variants``, ``--levels``: which runs are scored."""
+    parser.add_argument(
+        "--grid",
+        default="full",
+        help="full (every variant at mild/moderate/severe, and the held-out faults) or "
+        "classic (the nine at their canonical severities) (default: full)",
+    )
+    parser.add_argument(
+        "--faults", type=_names, default=None, help="comma-separated faults to keep (and healthy)"
+    )
+    parser.add_argument(
+        "--variants",
+        type=_names,
+        default=None,
+        help="comma-separated variants to keep, as fault.variant or the variant's name",
+    )
+    parser.add_argument(
+        "--levels",
+        type=_names,
+        default=None,
+        help="comma-separated levels to keep: mild, moderate, severe, canonical, fixed",
+    )
+
+
+def grid_from(args: argparse.Namespace) -> dict[str, Any]:
+    """``evaluate``'s grid arguments, every name checked (one line, exit 2, before any work)."""
+    from faultbench.faults.grid import check_selection
+
+    check_selection(args.grid, args.faults, args.variants, args.levels)
+    return {
+        "grid": args.grid,
+        "faults": args.faults,
+        "variants": args.variants,
+        "levels": args.levels,
+    }

@@ -148,7 +148,10 @@ def generate(
     Returns:
         The files written, relative to ``out``.
     """
-    from faultbench.reporting import calibration, figures, provenance, report
+    import pandas as pd
+
+    from faultbench.reporting import calibration, figures, leaderboard, provenance, report
+    from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
 
     reports: list[Report] = []
@@ -160,6 +163,7 @@ def generate(
                 name,
                 task,
                 seeds=seeds,
+                grid="classic",
                 store=store,
                 engine=engine,
                 timeout=timeout,
@@ -168,6 +172,22 @@ def generate(
             trained += result.trained
             reports.append(result)
         grids[task] = report.load_grid(task, seeds, store)
+    full: list[Report] = []
+    for task in tasks:
+        for name in diagnosers:
+            full.append(
+                evaluate(
+                    name,
+                    task,
+                    seeds=full_grid_seeds(name, seeds),
+                    grid="full",
+                    store=store,
+                    engine=engine,
+                    timeout=timeout,
+                    isolate=isolate,
+                )
+            )
+            trained += full[-1].trained
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
@@ -199,6 +219,17 @@ def generate(
         for r in reports
     ]
     written += [figures.curves_figure(t, grids[t], out / "curves" / f"{t}.png") for t in tasks]
+    board = pd.concat([r.scored_frame() for r in [*reports, *full]], ignore_index=True)
+    written += leaderboard.write(
+        board,
+        {name: sorted(get_diagnoser(name).tuned_on) for name in diagnosers},
+        out,
+        subsets={
+            name: f"full grid on seeds 0-{full_grid_seeds(name, seeds) - 1} only (a slow tool)"
+            for name in diagnosers
+            if full_grid_seeds(name, seeds) < seeds
+        },
+    )
     files = sorted(str(p.relative_to(out)) for p in written)
     readme = provenance.readme(
         command,
@@ -209,6 +240,19 @@ def generate(
     )
     written.append(_write_text(readme, out / "README.md"))
     return sorted(p.relative_to(out) for p in written)
+
+
+def full_grid_seeds(diagnoser: str, seeds: int) -> int:
+    """Seeds a diagnoser is scored on in the full grid: all, or its declared ``subset_seeds``.
+
+    A tool whose one diagnosis takes seconds declares ``subset_seeds`` (the
+    first seeds, so the subset is the same on every machine); the leaderboard
+    says so in its row.
+    """
+    from faultbench.scoring.diagnosis import get_diagnoser
+
+    subset = getattr(get_diagnoser(diagnoser), "subset_seeds", None)
+    return min(seeds, subset) if isinstance(subset, int) and subset > 0 else seeds
 
 
 def _timings_markdown(

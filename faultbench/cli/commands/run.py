@@ -8,14 +8,16 @@ import sys
 
 from faultbench.cli.commands.common import (
     add_execution_arguments,
+    add_grid_arguments,
     engine_from,
+    grid_from,
     isolate_from,
     positive_int,
     store_from,
 )
 
 NAME = "run"
-HELP = "score a diagnoser on every condition of a task"
+HELP = "score a diagnoser on a grid of runs of a task (the full grid by default)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of tables"
     )
+    add_grid_arguments(parser)
     add_execution_arguments(parser)
 
 
@@ -43,6 +46,7 @@ def main(args: argparse.Namespace) -> int:
 
     diagnoser = get_diagnoser(args.diagnoser)  # every check before any worker starts
     task = get_task(args.task)
+    grid = grid_from(args)
     store = store_from(args)
     engine = engine_from(args)
     try:
@@ -50,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
             diagnoser,
             task,
             seeds=args.seeds,
+            **grid,
             store=store,
             engine=engine,
             timeout=args.timeout,
