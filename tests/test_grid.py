@@ -63,7 +63,8 @@ def test_full_grid_has_every_applicable_variant_and_held_out_fault(task: str) ->
     for p in points[1:]:
         fault, variant = find(p.variant)
         if fault.name in HELD_OUT.names():
-            assert p.level == "canonical" and p.condition.held_out
+            assert p.level == ("fixed" if variant.severity is None else "canonical")
+            assert p.condition.held_out
         elif variant.severity is None:
             assert p.level == "fixed"
         else:
@@ -119,11 +120,14 @@ def _points(*pairs: tuple[float, float]) -> list[SweepPoint]:
 
 
 def test_levels_are_visible_and_grow_by_the_step() -> None:
-    # Not visible in every seed: skipped. 2.5 < 1.5 * 2: dropped. Kept 2, 5, 11, 30: mild 2,
-    # severe 30, moderate nearest the log-middle sqrt(2 * 30) = 7.75: 11 (|ln 11 - ln 7.75|
-    # = 0.35) rather than 5 (0.44).
+    # Not visible in every seed: skipped. Mild: 2 (the mildest visible). Severe: 30, the
+    # first within 5% of the largest effect 31. Moderate: between them, 1.2x from both
+    # (2.2 is too close to mild), nearest the log-middle sqrt(2 * 30) = 7.75: 11 rather than
+    # 5 (|ln 11 - ln 7.75| = 0.35 against 0.44).
     chosen = choose_levels(
-        _points((0.67, 50.0), (1.0, 2.0), (1.0, 2.5), (1.0, 5.0), (1.0, 11.0), (1.0, 30.0))
+        _points(
+            (0.67, 50.0), (1.0, 2.0), (1.0, 2.2), (1.0, 5.0), (1.0, 11.0), (1.0, 30.0), (1.0, 31.0)
+        )
     )
     assert {k: v.effect for k, v in chosen.items()} == {
         "mild": 2.0,
@@ -132,12 +136,15 @@ def test_levels_are_visible_and_grow_by_the_step() -> None:
     }
     effects = [chosen[name].effect for name in LEVELS]
     assert all(b >= STEP * a for a, b in itertools.pairwise(effects))
+    severities = [chosen[name].severity for name in LEVELS]
+    assert severities == sorted(severities)  # the knob's order too
 
 
 def test_too_few_visible_severities_give_fewer_levels() -> None:
     assert choose_levels(_points((0.5, 9.0), (0.0, 1.0))) == {}
     assert list(choose_levels(_points((1.0, 4.0), (1.0, 4.1)))) == ["severe"]
     assert list(choose_levels(_points((1.0, 4.0), (1.0, 40.0)))) == ["mild", "severe"]
+    assert list(choose_levels(_points((1.0, 4.0), (1.0, 4.5), (1.0, 40.0)))) == ["mild", "severe"]
 
 
 def test_effect_is_the_largest_z_of_any_signal(digits_grid) -> None:
@@ -148,7 +155,7 @@ def test_effect_is_the_largest_z_of_any_signal(digits_grid) -> None:
     base = np.array([[signals(t, c)[k] for k in SIGNALS] for t, c in healthy])
     value = np.array([signals(run.trace, run.config)[k] for k in SIGNALS])
     mean, sd = base.mean(axis=0), base.std(axis=0, ddof=1)
-    sd = np.maximum(sd, 0.01 * np.abs(mean) + 1e-9)
+    sd = np.maximum(np.maximum(sd, 0.01 * np.abs(mean) + 1e-9), 0.01)
     z = [abs(v - m) / s for v, m, s in zip(value, mean, sd) if math.isfinite(m)]
     expected = min(1000.0, max(x if math.isfinite(x) else 1000.0 for x in z))
     assert effect(run.trace, run.config, healthy) == pytest.approx(expected)
@@ -169,7 +176,11 @@ def test_calibrate_one_variant_writes_levels_that_reread(tmp_path: Path) -> None
     assert levels and {lv.level for lv in levels} <= set(LEVELS)
     assert all(lv.visible_share == 1.0 for lv in levels)
     path = write_levels(levels, tmp_path / "levels.csv")
-    assert load_levels(path) == sorted(levels, key=lambda lv: LEVELS.index(lv.level))
+    reread = load_levels(path)
+    assert [(lv.variant, lv.level, lv.severity) for lv in reread] == [
+        (lv.variant, lv.level, lv.severity) for lv in levels
+    ]  # the rule names them mildest first, as the file keeps them
+    assert [lv.effect for lv in reread] == pytest.approx([lv.effect for lv in levels], rel=1e-3)
     again, _ = calibrate(DIGITS, store=store, variants=["lr_too_high"])  # stored: trains nothing
     assert again == levels
 

@@ -55,8 +55,8 @@ def rows(
         row["ident. classic"] = _cell(classic)
         row["ident. tuned-on task"] = _cell(s["splits"]["tuned_on_task"]["identification"])
         row["ident. held-out tasks"] = _cell(s["splits"]["held_out_task"]["identification"])
-        row["held-out faults: not healthy"] = _cell(s["detection"]["not_healthy"])
-        row["held-out faults: other_fault"] = _cell(s["detection"]["other_fault"])
+        row["held-out faults not healthy"] = _cell(s["detection"]["not_healthy"])
+        row["held-out faults other_fault"] = _cell(s["detection"]["other_fault"])
         row["false alarms"] = _cell(s["false_alarms"])
         row["probe steps/diagnosis"] = f"{s['cost']['probe_steps']:.0f}"
         out.append(row)
@@ -91,6 +91,7 @@ def write(
     tasks = per_task(frame)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leaderboard.csv", index=False, lineterminator="\n")
+    tasks.reset_index().to_csv(out / "leaderboard_tasks.csv", index=False, lineterminator="\n")
     tested = ", ".join(dict.fromkeys(frame["task"]))
     text = "\n".join(
         [
@@ -119,7 +120,12 @@ def write(
     )
     (out / "leaderboard.md").write_text(text)
     _figure(frame, out / "leaderboard.png")
-    return [out / "leaderboard.md", out / "leaderboard.csv", out / "leaderboard.png"]
+    return [
+        out / "leaderboard.md",
+        out / "leaderboard.csv",
+        out / "leaderboard_tasks.csv",
+        out / "leaderboard.png",
+    ]
 
 
 def _figure(frame: pd.DataFrame, path: Path) -> None:

@@ -24,6 +24,7 @@ from faultbench.training.trace import RunConfig, Trace
 ALPHA = 0.01  # family-wise rate of calling a run visible when it is not
 RELATIVE_FLOOR = 0.01  # healthy spread is never taken below 1% of the healthy mean
 EFFECT_CAP = 1000.0  # effects beyond 1000 healthy sds (or not finite) are all "off the scale"
+EFFECT_FLOOR = 0.01  # an effect's unit is never below 0.01: a point of a share, 1% of a ratio
 
 
 def _first_loss(t: Trace, c: RunConfig) -> float:
@@ -129,7 +130,10 @@ def effect(trace: Trace, config: RunConfig, healthy: Sequence[tuple[Trace, RunCo
 
     In units of the healthy runs' spread, so the same number means the same
     thing on every task; a signal that is not finite (a diverged run) counts
-    as :data:`EFFECT_CAP`, as does anything beyond it.
+    as :data:`EFFECT_CAP`, as does anything beyond it. The unit is never below
+    :data:`EFFECT_FLOOR`: a share that is exactly 0 in every healthy run (dead
+    units, weights without gradient) would otherwise make any change at all
+    infinitely far, and every severity of such a fault equally severe.
 
     Raises:
         ValueError: fewer than two healthy runs (no spread to measure against).
@@ -137,6 +141,7 @@ def effect(trace: Trace, config: RunConfig, healthy: Sequence[tuple[Trace, RunCo
     if len(healthy) < 2:
         raise ValueError(f"an effect needs at least 2 healthy runs; got {len(healthy)}")
     mean, sd = _healthy_spread(healthy)
+    sd = np.maximum(sd, EFFECT_FLOOR)
     values = np.array(list(signals(trace, config).values()), dtype=float)
     measured = np.isfinite(mean)  # a signal the healthy runs lack says nothing
     z = np.where(np.isfinite(values), np.abs(values - mean) / sd, EFFECT_CAP)[measured]

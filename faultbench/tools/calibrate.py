@@ -11,13 +11,16 @@ The rule, applied to measured runs only (no diagnoser is asked anything):
    healthy spread in every calibration seed. Its *effect* is the median over
    seeds of :func:`~faultbench.scoring.manifest.effect`: how many healthy
    standard deviations the run moved its most-moved signal.
-3. Walking the visible severities from mild to severe, a severity is kept only
-   if its effect is at least :data:`STEP` times the last kept one (so effect
-   grows strictly from level to level). *mild* is the first kept, *severe* the
-   last, *moderate* the kept one whose log-effect lies nearest the middle of
-   theirs. With two kept severities there is no moderate; with one, only severe.
-   A knob with no visible severity on a task gets no level there (the full grid
-   then runs it at its canonical severity, marked ``canonical``).
+3. *mild* is the mildest visible severity; *severe* the mildest whose effect
+   is within 5% of the largest effect of the sweep (where the fault saturates);
+   *moderate* the visible severity between them whose log-effect lies nearest
+   the middle of theirs, among those at least :data:`STEP` times mild's effect
+   and at most severe's divided by :data:`STEP` (so the effect grows from level
+   to level with a margin). Without such a severity there is no moderate; when
+   severe is not :data:`STEP` times mild (the mildest visible one already
+   saturates), there is only severe. A knob with no visible severity on a task
+   gets no level there (the full grid then runs it at its canonical severity,
+   marked ``canonical``).
 
 Because effect is measured in units of the task's own healthy spread, "mild"
 means the same distance from healthy on digits as on the CNN task.
@@ -39,10 +42,12 @@ from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task
 from faultbench.training.engine import Engine
+from faultbench.training.trace import RunConfig, Trace
 
 SEEDS = (1000, 1001, 1002)  # calibration seeds: disjoint from every scored grid's 0..n-1
 VISIBLE_SHARE = 1.0  # a severity counts as visible only if every calibration seed shows it
-STEP = 1.5  # each kept severity moves the signal at least 1.5x as far as the previous one
+STEP = 1.2  # each level moves the signal at least 1.2x as far as the level below it
+SATURATED = 0.95  # "severe": the mildest severity within 5% of the sweep's largest effect
 
 
 @dataclass(frozen=True)
@@ -66,20 +71,18 @@ def knob_variants(task: Task) -> list[str]:
 
 def choose_levels(points: Sequence[SweepPoint]) -> dict[str, SweepPoint]:
     """Level -> sweep point by the rule of this module (``points`` mildest first)."""
-    kept: list[SweepPoint] = []
-    for point in points:
-        if point.visible_share < VISIBLE_SHARE:
-            continue
-        if not kept or point.effect >= STEP * kept[-1].effect:
-            kept.append(point)
-    if not kept:
+    visible = [p for p in points if p.visible_share >= VISIBLE_SHARE]
+    if not visible:
         return {}
-    if len(kept) == 1:
-        return {"severe": kept[0]}
-    chosen = {"mild": kept[0], "severe": kept[-1]}
-    inner = kept[1:-1]
+    mild, top = visible[0], max(p.effect for p in visible)
+    severe = next(p for p in visible if p.effect >= SATURATED * top)
+    if severe is mild or severe.effect < STEP * mild.effect:
+        return {"severe": severe}
+    between = visible[visible.index(mild) + 1 : visible.index(severe)]
+    inner = [p for p in between if STEP * mild.effect <= p.effect <= severe.effect / STEP]
+    chosen = {"mild": mild, "severe": severe}
     if inner:
-        middle = (math.log(kept[0].effect + 1e-12) + math.log(kept[-1].effect)) / 2
+        middle = (math.log(mild.effect) + math.log(severe.effect)) / 2
         chosen["moderate"] = min(inner, key=lambda p: abs(math.log(p.effect) - middle))
     return {name: chosen[name] for name in LEVELS if name in chosen}
 
@@ -116,8 +119,8 @@ def calibrate(
             specs, task, store=store, engine=engine, progress=progress
         )
     }
-    healthy = [_signals_of(records[spec]) for spec in specs[: len(SEEDS)]]
-    healthy = [h for h in healthy if h is not None]
+    found = [_signals_of(records[spec]) for spec in specs[: len(SEEDS)]]
+    healthy = [h for h in found if h is not None]
     levels, sweep = [], []
     for ident, conds in sweeps.items():
         points = [_measure(ident, cond, task, records, healthy) for cond in conds]
@@ -142,8 +145,13 @@ def calibrate(
     return levels, sweep
 
 
-def _signals_of(record: RunRecord) -> tuple | None:
-    return (record.trace, record.config) if record.ok and record.trace and record.config else None
+Measured = tuple[Trace, RunConfig]  # what the manifestation check and the effect read
+
+
+def _signals_of(record: RunRecord) -> Measured | None:
+    if record.ok and record.trace is not None and record.config is not None:
+        return record.trace, record.config
+    return None
 
 
 def _measure(
@@ -151,7 +159,7 @@ def _measure(
     cond: Condition,
     task: Task,
     records: dict[RunSpec, RunRecord],
-    healthy: list,
+    healthy: list[Measured],
 ) -> SweepPoint:
     severity = cond.faults[0][1]
     assert severity is not None
@@ -162,6 +170,7 @@ def _measure(
             visible.append(True)
             effects.append(EFFECT_CAP)
             continue
-        visible.append(bool(manifestation(*run, healthy).visible))
-        effects.append(effect(*run, healthy))
+        trace, config = run
+        visible.append(bool(manifestation(trace, config, healthy).visible))
+        effects.append(effect(trace, config, healthy))
     return SweepPoint(ident, severity, float(np.mean(visible)), float(np.median(effects)))

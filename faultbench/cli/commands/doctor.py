@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
 
     diagnoser = get_diagnoser(args.diagnoser)  # bad names and stores fail before any training
     task = get_task(args.task)
-    spec = RunSpec(task.name, task.fingerprint, condition(args.fault), args.seed)
+    spec = RunSpec(task.name, task.fingerprint, condition(args.fault, task=task), args.seed)
     store = store_from(args)
     [(_, record, _)] = list(ensure_records([spec], task, store=store))
     if not record.ok:

@@ -225,7 +225,7 @@ def generate(
         {name: sorted(get_diagnoser(name).tuned_on) for name in diagnosers},
         out,
         subsets={
-            name: f"full grid on seeds 0-{full_grid_seeds(name, seeds) - 1} only (a slow tool)"
+            name: _subset_text(full_grid_seeds(name, seeds))
             for name in diagnosers
             if full_grid_seeds(name, seeds) < seeds
         },
@@ -253,6 +253,11 @@ def full_grid_seeds(diagnoser: str, seeds: int) -> int:
 
     subset = getattr(get_diagnoser(diagnoser), "subset_seeds", None)
     return min(seeds, subset) if isinstance(subset, int) and subset > 0 else seeds
+
+
+def _subset_text(seeds: int) -> str:
+    first = "seed 0" if seeds == 1 else f"seeds 0-{seeds - 1}"
+    return f"the full grid's {first} (a slow tool); the classic grid in full"
 
 
 def _timings_markdown(
