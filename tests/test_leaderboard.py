@@ -73,7 +73,8 @@ def test_per_task_has_every_diagnoser_on_every_task() -> None:
 def test_write_makes_the_three_files(tmp_path: Path) -> None:
     paths = write(_frame(), {"good": ["digits"]}, tmp_path)
     assert [p.name for p in paths] == [
-        "leaderboard.md", "leaderboard.csv", "leaderboard_tasks.csv", "leaderboard.png"
+        "leaderboard.md", "leaderboard.csv", "leaderboard_tasks.csv", "leaderboard_variants.csv",
+        "leaderboard.png",
     ]  # fmt: skip
     text = (tmp_path / "leaderboard.md").read_text()
     assert "| good |" in text and "| bad |" in text
@@ -86,5 +87,14 @@ def test_write_makes_the_three_files(tmp_path: Path) -> None:
     assert (tmp_path / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
     again = tmp_path / "again"
     write(_frame(), {"good": ["digits"]}, again)
-    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard_tasks.csv", "leaderboard.png"):
+    for name in [p.name for p in paths]:
         assert (again / name).read_bytes() == (tmp_path / name).read_bytes()
+
+
+def test_per_variant_gives_recall_of_each_variant_counted_by_hand() -> None:
+    from faultbench.reporting.leaderboard import per_variant
+
+    table = per_variant(_frame()).set_index(["diagnoser", "task", "variant"])["share"]
+    # "bad" names lr_too_high only at the severe level: 1 of its 3 runs per task.
+    assert table[("bad", "digits", "v")].startswith("0.333")
+    assert table[("good", "synthetic", "v")].startswith("1.000")

@@ -78,6 +78,30 @@ def per_task(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def per_variant(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per diagnoser, task and variant of the full grid: recall of the known faults, and the
+    share of held-out-fault runs not called healthy (a held-out fault's variant)."""
+    full = frame[(frame["grid"] == "full") & (frame["kind"] != scores.HEALTHY)]
+    out = []
+    for (name, task, variant), part in full.groupby(["diagnoser", "task", "variant"], sort=False):
+        held = part["kind"].iloc[0] == scores.HELDOUT
+        share = (
+            scores.detection(part)["not_healthy"]
+            if held
+            else scores.identification(part)["accuracy"]
+        )
+        out.append(
+            {
+                "diagnoser": name,
+                "task": task,
+                "variant": variant,
+                "kind": "held-out: not called healthy" if held else "known: named",
+                "share": _cell(share),
+            }
+        )
+    return pd.DataFrame(out, columns=["diagnoser", "task", "variant", "kind", "share"])
+
+
 def write(
     frame: pd.DataFrame,
     tuned_on: dict[str, Sequence[str]],
@@ -92,6 +116,7 @@ def write(
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leaderboard.csv", index=False, lineterminator="\n")
     tasks.reset_index().to_csv(out / "leaderboard_tasks.csv", index=False, lineterminator="\n")
+    per_variant(frame).to_csv(out / "leaderboard_variants.csv", index=False, lineterminator="\n")
     tested = ", ".join(dict.fromkeys(frame["task"]))
     text = "\n".join(
         [
@@ -114,6 +139,8 @@ def write(
             "",
             markdown_table(tasks.reset_index()),
             "",
+            "Per variant (every level and seed of it): `leaderboard_variants.csv`.",
+            "",
             "![identification recall by severity level](leaderboard.png)",
             "",
         ]
@@ -124,6 +151,7 @@ def write(
         out / "leaderboard.md",
         out / "leaderboard.csv",
         out / "leaderboard_tasks.csv",
+        out / "leaderboard_variants.csv",
         out / "leaderboard.png",
     ]
 
