@@ -221,7 +221,7 @@ class CockpitDiagnoser:
     name = NAME
     probes = True  # the replay trains the run's model through its probe
     tuned_on: frozenset[str] = frozenset({"digits"})
-    subset_seeds = 1  # seconds per diagnosis: the report scores it on the full grid's seed 0
+    subset_seeds = 1  # seconds per diagnosis: the report scores it on seed 0 of each grid
 
     def __init__(self) -> None:
         self._backpack = _tools.require("backpack", diagnoser=NAME)

@@ -159,7 +159,7 @@ class LRRangeDiagnoser:
     name = NAME
     probes = True  # the range test trains the run's model through its probe
     tuned_on: frozenset[str] = frozenset({"digits"})
-    subset_seeds = 1  # seconds per diagnosis: the report scores it on the full grid's seed 0
+    subset_seeds = 1  # seconds per diagnosis: the report scores it on seed 0 of each grid
 
     def __init__(self) -> None:
         self._finder = _tools.require("torch_lr_finder", diagnoser=NAME).LRFinder
