@@ -55,11 +55,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a task to score on; repeat for more (default: every registered)",
     )
     parser.add_argument(
+        "--grids",
+        type=_grids,
+        default=["classic", "full"],
+        help="comma-separated grids to score: classic (the tables of scores.md and the paper's "
+        "reference comparison) and full (the leaderboard) (default: classic,full)",
+    )
+    parser.add_argument(
         "--allow-dirty",
         action="store_true",
         help="write results even though the code has uncommitted changes (the README says so)",
     )
     add_execution_arguments(parser)
+
+
+def _grids(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if "classic" not in names:
+        raise argparse.ArgumentTypeError(
+            f"'{text}': expected classic, optionally with full (results/ is built on the "
+            "classic grid; full adds the leaderboard's runs)"
+        )
+    for name in names:
+        if name not in ("classic", "full"):
+            raise argparse.ArgumentTypeError(f"unknown grid '{name}'; expected classic or full")
+    return names
 
 
 def main(args: argparse.Namespace) -> int:
@@ -92,6 +112,7 @@ def main(args: argparse.Namespace) -> int:
             command=_command_line(args),
             revision=git_revision(out=out),
             isolate=isolate_from(args),
+            scored_grids=args.grids,
         )
     finally:
         engine.close()
@@ -110,6 +131,8 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--task", name]
     for name in args.diagnoser or []:
         parts += ["--diagnoser", name]
+    if args.grids != ["classic", "full"]:
+        parts += ["--grids", ",".join(args.grids)]
     if args.allow_dirty:
         parts.append("--allow-dirty")
     return shlex.join(parts)
@@ -127,6 +150,7 @@ def generate(
     command: str = "faultbench report",
     revision: str = "",
     isolate: bool | None = None,
+    scored_grids: Sequence[str] = ("classic", "full"),
 ) -> list[Path]:
     """Score, then write every table, figure and the README under ``out``.
 
@@ -144,6 +168,7 @@ def generate(
         command: The command line the README shows.
         revision: The code's git revision, for the README (looked up when empty).
         isolate: See :func:`faultbench.scoring.evaluate.evaluate`.
+        scored_grids: "classic" (always) and, for the leaderboard's headline, "full".
 
     Returns:
         The files written, relative to ``out``.
@@ -173,7 +198,7 @@ def generate(
             reports.append(result)
         grids[task] = report.load_grid(task, seeds, store)
     full: list[Report] = []
-    for task in tasks:
+    for task in tasks if "full" in scored_grids else ():
         for name in diagnosers:
             full.append(
                 evaluate(
