@@ -270,9 +270,9 @@ def generate(
 def full_grid_seeds(diagnoser: str, seeds: int) -> int:
     """Seeds a diagnoser is scored on (both grids): all, or its declared ``subset_seeds``.
 
-    A tool whose one diagnosis takes seconds declares ``subset_seeds`` (the
-    first seeds, so the subset is the same on every machine); the leaderboard
-    says so in its row.
+    A diagnoser whose one diagnosis takes seconds (the tools, TheDeepChecker's
+    training probe) declares ``subset_seeds`` (the first seeds, so the subset is
+    the same on every machine); the leaderboard says so in its row.
     """
     from faultbench.scoring.diagnosis import get_diagnoser
 
@@ -282,7 +282,7 @@ def full_grid_seeds(diagnoser: str, seeds: int) -> int:
 
 def _subset_text(seeds: int) -> str:
     first = "seed 0" if seeds == 1 else f"seeds 0-{seeds - 1}"
-    return f"{first} of both grids (a slow tool)"
+    return f"{first} of both grids (seconds per diagnosis)"
 
 
 def _timings_markdown(
