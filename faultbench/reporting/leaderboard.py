@@ -118,11 +118,13 @@ def write(
     tasks.reset_index().to_csv(out / "leaderboard_tasks.csv", index=False, lineterminator="\n")
     per_variant(frame).to_csv(out / "leaderboard_variants.csv", index=False, lineterminator="\n")
     tested = ", ".join(dict.fromkeys(frame["task"]))
+    on_full = ", ".join(dict.fromkeys(frame[frame["grid"] == "full"]["task"])) or "none"
     text = "\n".join(
         [
             "# Leaderboard",
             "",
-            f"Every diagnoser on the same runs ({len(frame)} diagnoses; tasks: {tested}). "
+            f"Every diagnoser on the same runs ({len(frame)} diagnoses; tasks: {tested}; "
+            f"the full grid on: {on_full}). "
             "Cells are shares with their 95% Wilson interval. *Identification*: runs with one "
             "of the nine known faults, named correctly. *Held-out faults*: runs with a bug "
             "outside the nine; *not healthy* is detection, *other_fault* is detection that "

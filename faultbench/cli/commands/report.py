@@ -62,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "reference comparison) and full (the leaderboard) (default: classic,full)",
     )
     parser.add_argument(
+        "--full-grid-task",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="score the full grid on this task only; repeat for more (default: every task scored)",
+    )
+    parser.add_argument(
         "--allow-dirty",
         action="store_true",
         help="write results even though the code has uncommitted changes (the README says so)",
@@ -92,8 +99,9 @@ def main(args: argparse.Namespace) -> int:
     tasks = list(dict.fromkeys(args.task or task_names()))
     for name in diagnosers:
         get_diagnoser(name)  # unknown names fail here, before any worker starts
-    for name in tasks:
+    for name in [*tasks, *(args.full_grid_task or [])]:
         get_task(name)
+    full_tasks = [t for t in tasks if not args.full_grid_task or t in args.full_grid_task]
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise FaultbenchError(f"--out '{out}' is a file; expected a directory for the results")
@@ -113,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
             revision=git_revision(out=out),
             isolate=isolate_from(args),
             scored_grids=args.grids,
+            full_tasks=full_tasks,
         )
     finally:
         engine.close()
@@ -133,6 +142,8 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--diagnoser", name]
     if args.grids != ["classic", "full"]:
         parts += ["--grids", ",".join(args.grids)]
+    for name in args.full_grid_task or []:
+        parts += ["--full-grid-task", name]
     if args.allow_dirty:
         parts.append("--allow-dirty")
     return shlex.join(parts)
@@ -151,6 +162,7 @@ def generate(
     revision: str = "",
     isolate: bool | None = None,
     scored_grids: Sequence[str] = ("classic", "full"),
+    full_tasks: Sequence[str] | None = None,
 ) -> list[Path]:
     """Score, then write every table, figure and the README under ``out``.
 
@@ -169,6 +181,7 @@ def generate(
         revision: The code's git revision, for the README (looked up when empty).
         isolate: See :func:`faultbench.scoring.evaluate.evaluate`.
         scored_grids: "classic" (always) and, for the leaderboard's headline, "full".
+        full_tasks: The tasks the full grid is scored on (default: ``tasks``).
 
     Returns:
         The files written, relative to ``out``.
@@ -198,7 +211,7 @@ def generate(
             reports.append(result)
         grids[task] = report.load_grid(task, seeds, store)
     full: list[Report] = []
-    for task in tasks if "full" in scored_grids else ():
+    for task in (full_tasks or tasks) if "full" in scored_grids else ():
         for name in diagnosers:
             full.append(
                 evaluate(
