@@ -4,12 +4,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# The package's folders: adding or removing a module changes its folder, and the
+# strict editable install below links files, so a new file needs a reinstall.
+PACKAGE_DIRS := $(shell find faultbench datasets diagnosers -type d -not -name __pycache__)
+
 .PHONY: run test lint report paper bench clean
 
-$(STAMP): requirements.lock pyproject.toml setup.py faultbench/_stepstats.c  # the C kernel builds at install
+# Editable in setuptools' strict mode: a tree of links to the sources under build/, put on
+# sys.path, so `import faultbench` finds a regular package there from any working
+# directory (the default mode's import hook loses to a stray `faultbench/` folder in it).
+$(STAMP): requirements.lock pyproject.toml Makefile $(PACKAGE_DIRS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		--config-settings editable_mode=strict -e .
 	touch $(STAMP)
 
 run: $(STAMP)  ## the main job: score the reference rules on the held-out task
@@ -27,7 +35,8 @@ lint: $(STAMP)  ## ruff (lint + format check), mypy and the import contract (.im
 clean:
 	rm -rf $(VENV) build *.egg-info faultbench/*.so
 
-report: $(STAMP)  ## regenerate results/ from stored runs (trains only what is missing)
+report: $(STAMP)  ## recalibrate the severity levels, then regenerate results/ (trains only what is missing)
+	$(BIN)/faultbench calibrate
 	$(BIN)/faultbench report
 	$(BIN)/faultbench sweep --fault lr_too_high --diagnoser rules --task digits
 	$(BIN)/faultbench pairs --diagnoser rules --task digits

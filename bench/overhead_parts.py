@@ -6,10 +6,10 @@ of the per-round ratios):
 
 - bare: no monitor, no evaluations (the denominator of ``faultbench bench``);
 - evaluations: the periodic evaluations only;
-- statistics: only the monitor's per-step statistics of weights and
-  gradients (the compiled kernel, or the numpy path's copy and chunked
-  reduction where it was not built), i.e. their floor;
-- instrumented: the benchmark's loop as it runs (``loop.train``).
+- sparse: the benchmark's loop with a ``Monitor(every=100)``: loss, timings and
+  batch bookkeeping every step, the per-layer and activation statistics on
+  six steps only (the evaluations included);
+- instrumented: the benchmark's loop as it runs (``loop.train``, every step).
 
     python bench/overhead_parts.py [--task digits] [--rounds 12]
 """
@@ -20,35 +20,21 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from unittest import mock
 
 import torch
-import torch.nn.functional as F
 
-from faultbench.faults.fault import RunSetup, base_setup
+from faultbench.faults.fault import base_setup
 from faultbench.tasks.task import get_task
-from faultbench.training.loop import train
-from faultbench.training.model import BatchStream, build_model
-from faultbench.training.monitor import pack_layers, step_stats
+from faultbench.training import loop
+from faultbench.training.monitor import Monitor
+
+SPARSE_EVERY = 100
 
 
-def statistics_only(setup: RunSetup) -> None:
-    """The bare loop plus the monitor's per-step statistics, nothing else."""
-    model = build_model(setup)
-    pack_layers(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=setup.lr)
-    layers = [list(m.parameters()) for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    flat = [p for ps in layers for p in ps]
-    work = step_stats(layers)
-    stream = iter(BatchStream(setup.X_train, setup.y_train, batch_size=setup.batch_size, seed=0))
-    for _ in range(setup.steps):
-        xb, yb = next(stream)
-        loss = F.cross_entropy(model(xb), yb)
-        model.zero_grad(set_to_none=False)
-        loss.backward()
-        optimizer.step()
-        if work.record(flat):
-            work.reduce()
-    work.reduce()
+def sparse_monitor(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Monitor:
+    """The loop's Monitor, recording its statistics every ``SPARSE_EVERY`` steps."""
+    return Monitor(model, optimizer, every=SPARSE_EVERY)
 
 
 def main() -> None:
@@ -58,11 +44,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)  # as in a worker
     setup = base_setup(get_task(args.task), 0)
+
+    def sparse() -> object:
+        with mock.patch.object(loop, "Monitor", sparse_monitor):
+            return loop.train(setup)
+
     ways: dict[str, Callable[[], object]] = {
-        "bare": lambda: train(setup, record=False),
-        "evaluations": lambda: train(setup, record=False, evaluate=True),
-        "statistics": lambda: statistics_only(setup),
-        "instrumented": lambda: train(setup),
+        "bare": lambda: loop.train(setup, record=False),
+        "evaluations": lambda: loop.train(setup, record=False, evaluate=True),
+        "sparse": sparse,
+        "instrumented": lambda: loop.train(setup),
     }
     times: dict[str, list[float]] = {name: [] for name in ways}
     for run in ways.values():  # warm caches and lazy imports

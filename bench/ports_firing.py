@@ -1,9 +1,10 @@
 """Score the published diagnosers' ports once and count which of their rules ever fire.
 
-    .venv/bin/python bench/ports_firing.py --store /tmp/ports-store [--tasks digits synthetic]
+    .venv/bin/python bench/ports_firing.py --store DIR [--tasks ...] [--grids classic full]
 
-For each port and task: correct/total on the classic grid (every canonical condition,
-5 seeds; runs missing from the store are trained), the answers per condition, and for
+For each port and task: correct/total on each grid (the classic one: every canonical
+condition; the full one: every variant, level and held-out fault; 5 seeds; runs missing
+from the store are trained), the answers per condition, and for
 every rule the port declares (``RULES``) the number of runs on which it fired
 (``evidence["fired"]``); the rules that fired on no run are listed last. The ports use
 their published defaults: nothing here feeds back into them.
@@ -46,16 +47,26 @@ def main() -> None:
     """Score every port on every task and print the counts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="record store shared by the runs")
-    parser.add_argument("--tasks", nargs="+", default=["digits", "synthetic"])
+    parser.add_argument("--tasks", nargs="+", default=["digits", "synthetic", "shapes", "language"])
+    parser.add_argument(
+        "--grids", nargs="+", default=["classic", "full"], choices=["classic", "full"]
+    )
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--ports", nargs="+", default=list(PORTS), choices=list(PORTS))
     args = parser.parse_args()
-    for name, module in PORTS.items():
+    for name in args.ports:
+        module = PORTS[name]
         rules = importlib.import_module(module).RULES
-        reports = [evaluate(name, t, seeds=args.seeds, store=args.store) for t in args.tasks]
+        reports = [
+            evaluate(name, t, seeds=args.seeds, grid=grid, store=args.store)
+            for grid in args.grids
+            for t in args.tasks
+        ]
         print(f"== {name}")
         for report in reports:
             score = f"{report.correct}/{report.total}"
-            print(f"{report.task}: {score} correct; failures: {report.failures or 'none'}")
+            where = f"{report.task} ({report.grid})"
+            print(f"{where}: {score} correct; failures: {report.failures or 'none'}")
             for condition, labels in answers(report).items():
                 print(f"    {condition:<20} {dict(labels.most_common())}")
         counts = fired_counts(reports)

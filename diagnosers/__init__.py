@@ -4,21 +4,27 @@ from __future__ import annotations
 
 from faultbench.diagnosers.autotrainer import AutoTrainer
 from faultbench.diagnosers.baselines import AlwaysHealthy, RandomDiagnoser
+from faultbench.diagnosers.cockpit_tool import CockpitDiagnoser
 from faultbench.diagnosers.deepdiagnosis import DeepDiagnosis
 from faultbench.diagnosers.learned import LearnedDiagnoser
+from faultbench.diagnosers.lr_range import LRRangeDiagnoser
 from faultbench.diagnosers.rules import RulesDiagnoser
 from faultbench.diagnosers.rules_v1 import RulesV1Diagnoser
 from faultbench.diagnosers.thedeepchecker import TheDeepChecker
 from faultbench.diagnosers.umlaut import Umlaut
+from faultbench.diagnosers.weightwatcher_tool import WeightWatcherDiagnoser
 
 __all__ = [
     "AlwaysHealthy",
     "AutoTrainer",
+    "CockpitDiagnoser",
     "DeepDiagnosis",
+    "LRRangeDiagnoser",
     "LearnedDiagnoser",
     "RandomDiagnoser",
     "RulesDiagnoser",
     "RulesV1Diagnoser",
     "TheDeepChecker",
     "Umlaut",
+    "WeightWatcherDiagnoser",
 ]

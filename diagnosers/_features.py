@@ -61,9 +61,25 @@ def last(values: np.ndarray) -> float:
     return float(finite[-1]) if len(finite) else math.nan
 
 
+#: Share of the run's last steps whose batch accuracies stand in for a missing evaluation.
+LATE_SHARE = 0.1
+
+
 def final_train_acc(run: Run) -> float:
-    """Training accuracy at the last evaluation."""
-    return last(run.trace.train_acc)
+    """Training accuracy at the last evaluation.
+
+    A user's loop that never called ``log_eval`` but gave ``Monitor.step`` its
+    output and target still has a training accuracy: the mean batch accuracy
+    over the last tenth of its steps (a single batch is too noisy to read).
+    """
+    logged = last(run.trace.train_acc)
+    if math.isfinite(logged):
+        return logged
+    batches = run.trace.batch_acc[np.isfinite(run.trace.batch_acc)]
+    if not len(batches):
+        return math.nan
+    late = batches[-max(1, int(len(batches) * LATE_SHARE)) :]
+    return float(late.mean())
 
 
 def final_val_acc(run: Run) -> float:

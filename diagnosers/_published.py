@@ -31,9 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from faultbench.faults import fault as faults_module
-from faultbench.faults.fault import condition_names
-from faultbench.scoring import diagnosis as diagnosis_module
+from faultbench.faults.fault import labels
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnosis, finite_or_none
 from faultbench.scoring.run import Probe, Run
 from faultbench.storage.runner import one_thread  # noqa: F401  (the ports' one-thread probe)
@@ -55,16 +53,10 @@ class Finding:
 
 
 def label_accepted(label: str) -> bool:
-    """Whether this faultbench scores ``label`` as an answer.
-
-    ``other_fault`` arrives with the faults rewrite (issue 18); until a module
-    declares it (``OTHER_FAULT``) or it is a condition name, the ports answer
-    ``unknown`` in its place and keep the table's label in the evidence.
-    """
-    if label in (*condition_names(), UNKNOWN):
-        return True
-    declared = (getattr(m, "OTHER_FAULT", None) for m in (diagnosis_module, faults_module))
-    return label in set(declared)
+    """Whether ``label`` is an answer faultbench scores (healthy, a known fault,
+    ``other_fault``, ``unknown``); a port answers ``unknown`` for anything else and
+    keeps its table's label in the evidence."""
+    return label in (*labels(), UNKNOWN)
 
 
 def answer(

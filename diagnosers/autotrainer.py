@@ -139,7 +139,7 @@ RULES: tuple[str, ...] = (
     "nan_weight",
     "output_activation",
     "abnormal_output",
-    *PRIORITY,
+    *(f"problem: {p}" for p in PRIORITY),  # not_converge names a feature and a problem
 )
 
 
@@ -392,7 +392,7 @@ class AutoTrainer:
                     SYMPTOMS,
                     top,
                     rule=top,
-                    fired=[*monitor.fired, *issues],
+                    fired=[*monitor.fired, *(f"problem: {i}" for i in issues)],
                     evidence={"epoch": epoch, "issues": issues, "features": monitor.evidence},
                     missing=missing,
                 )

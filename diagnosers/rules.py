@@ -7,7 +7,9 @@ probe (see :mod:`faultbench.diagnosers._probe`) tells a loop that cannot
 train a working model apart from a model or loss that cannot learn.
 
 Written and tuned on digits only; its held-out score is measured on tasks it
-was not written for.
+was not written for. ``other_fault`` (a run that plainly failed, with no rule
+to name why) was written from that principle alone, before any held-out-fault
+run was looked at.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ WAIT_SHARE = 0.5  # waiting more than computing: the loader is the bottleneck (p
 DEAD_SHARE = 0.5  # more than half a layer without any gradient is not constant inputs
 JITTER_DROP = 0.2  # accumulation shrinks step noise like 1/t, >= 5x over a run (see _features)
 UPDATE_RATIO = 1e-2  # 10x the ~1e-3 update/weight ratio of healthy training (Karpathy, cs231n)
+OTHER_FAULT = "other_fault"  # broken, and none of the nine (faultbench.faults' answer label)
 SPIKE_SHARE = 0.01  # more than 1% of late steps above twice the start loss: not a fluke
 FLOOR_SLACK = 1e-3  # float rounding below the softmax floor
 
@@ -59,13 +62,28 @@ def data_wait(run: Run) -> Finding:
 
 
 def frozen_layer(run: Run) -> Finding:
-    """frozen_layer: a layer that received gradients ended exactly where it started."""
+    """frozen_layer: a layer ended exactly where it started, though the network was alive.
+
+    Left out of the optimizer, the layer received gradients and never moved;
+    frozen with ``requires_grad=False``, it received none and never moved while
+    its units fired. (Dead units get no gradient either, but they are silent.)
+    """
+    alive = f.inactive_share(run) <= DEAD_SHARE
     got_grad = {
         k for k, n in run.trace.weight_count.items() if run.trace.no_grad_weights.get(k, 0) < n
     }
-    frozen = sorted(k for k in got_grad if run.trace.weight_change.get(k, math.nan) == 0.0)
+    frozen = sorted(
+        k
+        for k in run.trace.weight_count
+        if run.trace.weight_change.get(k, math.nan) == 0.0 and (k in got_grad or alive)
+    )
     return Finding(
-        bool(frozen), {"unmoved_layers": frozen, "weight_change": run.trace.weight_change}
+        bool(frozen),
+        {
+            "unmoved_layers": frozen,
+            "weight_change": run.trace.weight_change,
+            "inactive_share": f.inactive_share(run),
+        },
     )
 
 
@@ -128,17 +146,32 @@ PASSIVE: tuple[tuple[str, Callable[[Run], Finding]], ...] = (
 )
 
 
+def failed_to_learn(run: Run) -> Finding:
+    """other_fault (candidate): the run plainly did not work, whatever the reason.
+
+    Training accuracy short of halfway from chance to perfect, or validation
+    accuracy at or below chance, is no healthy run on any task: when none of
+    the nine faults' rules explains it, the honest answer is "something else".
+    """
+    train, val = f.final_train_acc(run), f.final_val_acc(run)
+    fired = not learned_well(run) or (math.isfinite(val) and val <= f.chance(run))
+    return Finding(fired, {"train_acc": train, "val_acc": val, "chance": f.chance(run)})
+
+
 def probe_verdict(run: Run, memo: Memorization, unstable_run: bool, floor_hit: bool) -> str:
     """The label once the memorization probe has run.
 
     The probe memorizes: model, data and loss work, so a failing run is its loop's
     doing (an unstable run, or one whose rate exceeds every sane rate and did not
-    learn); otherwise the run is healthy. The probe fails: the output or the
+    learn); a run that still did not learn is broken in a way no rule names
+    (``other_fault``); otherwise it is healthy. The probe fails: the output or the
     capacity is at fault.
     """
     if memo.memorized:
         stalled = not learned_well(run) and run.config.lr > max(RATES)
-        return "lr_too_high" if unstable_run or stalled else "healthy"
+        if unstable_run or stalled:
+            return "lr_too_high"
+        return OTHER_FAULT if failed_to_learn(run).fired else "healthy"
     return "softmax_before_loss" if floor_hit else "too_small_model"
 
 
@@ -160,12 +193,16 @@ class RulesDiagnoser:
                 return _answer(label, rule.__name__, evidence)
         shaky, floor = unstable(run), loss_floor(run)
         evidence.update(unstable=shaky.evidence, loss_floor=floor.evidence)
+        failed = failed_to_learn(run)
+        evidence["failed_to_learn"] = failed.evidence
         if run.probe is None:  # a user's loop without a probe: trust the trace alone
             label = (
                 "lr_too_high"
                 if shaky.fired
                 else "softmax_before_loss"
                 if floor.fired
+                else OTHER_FAULT
+                if failed.fired
                 else "healthy"
             )
             return _answer(label, "trace only", evidence)

@@ -8,7 +8,16 @@ matplotlib or dask, and ``from faultbench import Monitor`` loads torch alone.
 from __future__ import annotations
 
 import importlib
+from pkgutil import extend_path
 from typing import TYPE_CHECKING, Any
+
+# The install is a link tree on sys.path (setuptools' strict editable mode, see
+# the Makefile): a regular package there always wins over a stray `faultbench/`
+# folder in the working directory. Imported from the root of a source checkout,
+# this folder comes first instead, and it lacks the shipped data sets and
+# diagnosers (installed as faultbench.datasets and .diagnosers from datasets/
+# and diagnosers/): extend_path adds the installed package's folder to the search.
+__path__ = extend_path(__path__, __name__)
 
 #: public name -> the module that defines it
 _EXPORTS = {

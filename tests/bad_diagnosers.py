@@ -88,3 +88,86 @@ def die_on_two(item: int) -> int:
     if item == 2:
         os._exit(1)
     return item * 10
+
+
+class CLoop(_Base):
+    """Stays in one C call for hours: no alarm reaches Python code until it returns."""
+
+    name = "c-loop"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        sum(range(10**12))
+        return Diagnosis("healthy")
+
+
+class IgnoresSignals(_Base):
+    """Ignores SIGINT, SIGTERM and the alarm, then loops forever: only SIGKILL stops it."""
+
+    name = "ignores-signals"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_IGN)
+        while True:
+            time.sleep(0.01)
+
+
+class ExitsHard(_Base):
+    """Ends its process with os._exit(3): no exception, no clean-up."""
+
+    name = "exits-hard"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        import os
+
+        os._exit(3)
+
+
+class Segfaults(_Base):
+    """Reads address 0 through ctypes: the process dies of SIGSEGV."""
+
+    name = "segfaults"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        import ctypes
+
+        ctypes.string_at(0)
+        return Diagnosis("healthy")
+
+
+class Counting(_Base):
+    """Answers from the trace alone and counts probe-free diagnoses (for the overhead test)."""
+
+    name = "counting"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        return Diagnosis("healthy" if run.trace.val_acc[-1] > 0.5 else "too_small_model")
+
+
+class Probing(_Base):
+    """Takes a few probe steps, so that probe counting across the process boundary shows."""
+
+    name = "probing"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        assert run.probe is not None
+        X, y = run.probe.train_data(8)
+        model = run.probe.make_model()
+        for _ in range(run.seed + 3):
+            run.probe.loss(model(X), y)
+        return Diagnosis("healthy")
+
+
+class CrashesOnSeedZero(_Base):
+    """Takes its process down on seed 0 and answers on every other seed."""
+
+    name = "crashes-on-seed-zero"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        import os
+
+        if run.seed == 0:
+            os._exit(3)
+        return Diagnosis("healthy")

@@ -163,3 +163,63 @@ def test_module_class_errors_through_the_api():
         assert get_diagnoser("bad_diagnosers:Raising").name == "raising"
     finally:
         sys.path.remove(str(TESTS))
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "-inf", "soon"])
+@pytest.mark.parametrize("verb", ["run", "report", "sweep", "pairs"])
+def test_timeout_must_be_a_positive_number(capsys, verb, value):
+    required = {
+        "run": ["--task", "digits", "--diagnoser", "always-healthy"],
+        "report": [],
+        "sweep": ["--task", "digits", "--diagnoser", "rules", "--fault", "lr_too_high"],
+        "pairs": ["--task", "digits", "--diagnoser", "rules"],
+    }[verb]
+    with pytest.raises(SystemExit) as exc:
+        cli.main([verb, *required, f"--timeout={value}"])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    shown = value if value != "soon" else "'soon'"
+    assert len(lines) == 1, lines
+    assert f"argument --timeout: expected a positive number of seconds; got {shown}" in lines[0]
+
+
+@pytest.mark.parametrize("timeout", [0, -5, float("nan"), float("inf"), True])
+def test_evaluate_refuses_a_timeout_that_is_no_positive_number(timeout):
+    with pytest.raises(FaultbenchError, match=re.escape("timeout must be a positive number")):
+        evaluate("always-healthy", "digits", seeds=1, timeout=timeout)
+
+
+TIMEOUT_ZERO = ("--diagnoser", "rules", "--timeout", "0")
+
+
+def test_timeout_zero_through_a_real_process():
+    proc = subprocess.run(
+        [sys.executable, "-m", "faultbench", *("run", "--task", "digits"), *TIMEOUT_ZERO],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1
+    assert "argument --timeout: expected a positive number of seconds; got 0" in proc.stderr
+
+
+def test_unknown_engine_suggests_the_nearest(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "--task", "digits", "--diagnoser", "rules", "--engine", "locl"])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Unknown engine 'locl'. Did you mean 'local'?" in lines[0]
+
+
+def test_a_diagnoser_that_cannot_reach_a_worker_is_refused_before_training(tmp_path):
+    class Local:  # a class inside a function cannot be pickled by reference
+        name = "local-class"
+        tuned_on: frozenset[str] = frozenset()
+
+        def diagnose(self, run):  # type: ignore[no-untyped-def]
+            raise AssertionError("never called")
+
+    with pytest.raises(FaultbenchError, match="cannot be sent to a worker process"):
+        evaluate(Local(), "digits", seeds=1, store=tmp_path / "s")
+    assert not (tmp_path / "s").exists()  # nothing trained, nothing written

@@ -49,7 +49,9 @@ def test_manifestation_needs_two_healthy_runs(digits_grid: Grid) -> None:
 
 
 def test_evaluate_reports_manifestation(digits_grid: Grid, shared_store_root: Path) -> None:
-    report = fb.evaluate("always-healthy", "digits", seeds=SIGNAL_SEEDS, store=shared_store_root)
+    report = fb.evaluate(
+        "always-healthy", "digits", seeds=SIGNAL_SEEDS, grid="classic", store=shared_store_root
+    )
     faulty = [r for r in report.results if r.condition != "healthy"]
     assert all(r.manifested is not None for r in faulty)
     assert all(r.manifested is None for r in report.results if r.condition == "healthy")

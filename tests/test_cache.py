@@ -50,7 +50,12 @@ def test_rerun_of_a_stored_grid_trains_nothing(
     digits_grid: dict, shared_store_root: Path, diagnoser: str
 ) -> None:
     report = evaluate(
-        diagnoser, "digits", seeds=3, store=Store(shared_store_root), engine=RefusingEngine()
+        diagnoser,
+        "digits",
+        seeds=3,
+        grid="classic",
+        store=Store(shared_store_root),
+        engine=RefusingEngine(),
     )
     assert report.trained == 0
     assert report.total == len(condition_names()) * 3 == len(digits_grid)
@@ -62,7 +67,13 @@ def test_new_diagnoser_on_stored_runs_trains_nothing_and_sees_every_run(
 ) -> None:
     diagnoser = CountingDiagnoser()
     report = evaluate(
-        diagnoser, "digits", seeds=3, store=Store(shared_store_root), engine=RefusingEngine()
+        diagnoser,
+        "digits",
+        seeds=3,
+        grid="classic",
+        store=Store(shared_store_root),
+        engine=RefusingEngine(),
+        isolate=False,  # in this process, so that what it saw can be read back here
     )
     assert report.trained == 0
     assert sorted(diagnoser.seen) == sorted(("digits", seed) for _, seed in digits_grid)

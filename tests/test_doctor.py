@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -15,19 +17,25 @@ from faultbench import Monitor, Probe
 from faultbench.cli.main import main
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import condition_names
+from faultbench.faults.recipe import base_setup, named_optimizer
 from faultbench.scoring.diagnosis import Diagnosis
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.run import Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import get_task
 from faultbench.tools.doctor import (
+    CHANCE_SLACK,
     FAIL,
     NO_PROBE_NOTE,
+    NOT_HEALTHY,
     PASS,
+    UNDECIDED,
     UNMEASURED,
+    DoctorReport,
     diagnose_monitor,
     doctor,
 )
+from faultbench.training.model import build_model
 
 Grid = dict[tuple[str, int], RunRecord]
 
@@ -61,9 +69,14 @@ def test_checklist_reads_the_run(digits_grid: Grid, name: str) -> None:
     report = doctor(run, Recorder())
     checks = {c.name: c for c in report.checks}
     assert len(checks) == 5
-    val = run.trace.val_acc
-    assert checks["validation improves"].measured == f"{val[0]:.3f} -> {val[-1]:.3f}"
-    assert checks["validation improves"].verdict == (PASS if val[-1] > val[0] else FAIL)
+    val, chance = run.trace.val_acc, 1 / run.config.n_classes
+    assert checks["validation improves"].measured == (
+        f"{val[0]:.3f} -> {val[-1]:.3f} (chance {chance:.3f})"
+    )
+    rises = val[-1] > val[0] and val[-1] > chance + CHANCE_SLACK
+    assert checks["validation improves"].verdict == (PASS if rises else FAIL)
+    if not rises:  # a "healthy" answer is overruled by the validation line
+        assert report.headline == NOT_HEALTHY and report.upgrade == "no"
     share = run.trace.wait_share
     assert checks["data wait is low"].verdict == (PASS if share < 0.5 else FAIL)
     assert checks["memory ran out after cheaper fixes"].verdict.startswith(UNMEASURED)
@@ -232,3 +245,175 @@ def test_cli_doctor_unknown_fault_exits_2(capsys: pytest.CaptureFixture[str]) ->
     assert main(["doctor", "--fault", "huge_input"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Unknown fault 'huge_input'. Did you mean 'huge_inputs'?" in err[0]
+
+
+# -- the doctor never contradicts itself ------------------------------------------------
+
+
+def _agrees(report: DoctorReport) -> None:
+    """The headline, the evidence and the checklist read the same values."""
+    checks = {c.name: c for c in report.checks}
+    evidence = report.diagnosis.evidence
+    memo = evidence.get("memorization")
+    if isinstance(memo, Mapping):  # the diagnoser's own probe is the checklist's line
+        assert checks["memorizes a small batch"].verdict == (PASS if memo["memorized"] else FAIL)
+    for value in evidence.values():
+        if isinstance(value, Mapping) and value.get("val_acc") is not None and "chance" in value:
+            shown = checks["validation improves"].measured
+            assert f"{value['val_acc']:.3f} (chance {value['chance']:.3f})" in shown, shown
+    if report.headline != "healthy":
+        assert report.upgrade in ("no", UNDECIDED)
+    text = str(report)
+    assert text.splitlines()[0].startswith(f"diagnosis: {report.headline}")
+    assert f"bigger machine: {report.upgrade} (" in text
+    if report.upgrade == UNDECIDED:
+        assert "first" not in text.splitlines()[-1]  # "undecided" is never "fix X first"
+
+
+def _accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    with torch.no_grad():
+        acc = float((model(X).argmax(dim=1) == y).float().mean())
+    model.train()
+    return acc
+
+
+def _user_loop(
+    task_name: str,
+    *,
+    steps: int,
+    targets_apart: bool = False,
+    softmax: bool = False,
+    freeze_first: bool = False,
+    eval_every: int = 0,
+    step_with_output: bool = False,
+) -> tuple[Monitor, Probe]:
+    """A user's own loop on a shipped task's data, with one bug, and its probe."""
+    torch.manual_seed(0)
+    task = get_task(task_name)
+    recipe = base_setup(task, 0)
+
+    def make_model() -> nn.Module:
+        model = build_model(recipe)
+        if softmax:  # the bug: probabilities go into cross_entropy
+            model.add_module("softmax", nn.Softmax(dim=1))
+        return model
+
+    model = make_model()
+    if freeze_first:  # the bug: the first layer is frozen by hand, yet handed to the optimizer
+        first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+        for p in first.parameters():
+            p.requires_grad_(False)
+    optimizer = named_optimizer([{"params": list(model.parameters())}], recipe)
+    X, y = torch.from_numpy(task.X_train), torch.from_numpy(task.y_train)
+    X_val, y_val = torch.from_numpy(task.X_val), torch.from_numpy(task.y_val)
+    order = torch.Generator().manual_seed(0)
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for _ in range(steps):
+            i = torch.randint(len(y), (recipe.batch_size,), generator=order)
+            # the bug: the targets are drawn apart from their inputs
+            j = torch.randint(len(y), (recipe.batch_size,), generator=order) if targets_apart else i
+            yield X[i], y[j]
+
+    monitor = Monitor(model, optimizer)
+    for step, (xb, yb) in enumerate(monitor.batches(batches()), 1):
+        optimizer.zero_grad()
+        out = model(xb)
+        loss = F.cross_entropy(out, yb)
+        loss.backward()
+        optimizer.step()
+        if step_with_output:
+            monitor.step(loss, output=out, target=yb)  # type: ignore[call-arg]
+        else:
+            monitor.step(loss)
+        if eval_every and step % eval_every == 0:
+            monitor.log_eval(
+                train_acc=_accuracy(model, X, y), val_acc=_accuracy(model, X_val, y_val)
+            )
+    monitor.close()
+    return monitor, Probe.from_user(make_model, F.cross_entropy, X[:64], y[:64])
+
+
+def test_targets_shuffled_apart_from_inputs_is_never_healthy() -> None:
+    monitor, probe = _user_loop("shapes", steps=600, targets_apart=True, eval_every=60)
+    val, chance = monitor.trace().val_acc, 1 / get_task("shapes").n_classes
+    assert val[-1] <= chance + CHANCE_SLACK or val[-1] < val[0]  # the premise: it learned nothing
+    report = doctor(monitor, "rules", probe=probe)
+    verdicts = _verdicts(report)
+    assert verdicts["validation improves"] == FAIL
+    assert report.headline != "healthy" and report.upgrade == "no"
+    if report.diagnosis.label == "healthy":  # the diagnoser missed it; the checklist did not
+        line = next(c for c in report.checks if c.name == "validation improves")
+        assert report.headline == NOT_HEALTHY and line.measured in report.reason
+    _agrees(report)
+
+
+STEP_TAKES_OUTPUT = "output" in inspect.signature(Monitor.step).parameters
+
+
+@pytest.mark.xfail(
+    not STEP_TAKES_OUTPUT,
+    strict=True,
+    reason="Monitor.step(loss, output=, target=) arrives with issue 17 (training accuracy "
+    "kept by the monitor); until then this loop records no accuracy",
+)
+def test_softmax_before_loss_without_log_eval_is_named_from_the_steps_alone() -> None:
+    monitor, probe = _user_loop("digits", steps=600, softmax=True, step_with_output=True)
+    assert len(monitor.trace().val_acc) == 0  # no log_eval: the three-line loop only
+    report = doctor(monitor, "rules", probe=probe)
+    assert report.headline == "softmax_before_loss", str(report)
+    assert _verdicts(report)["memorizes a small batch"] == FAIL  # the softmax head cannot
+    assert report.upgrade == "no"
+    _agrees(report)
+
+
+@pytest.mark.parametrize(("softmax", "headline"), [(False, UNDECIDED), (True, NOT_HEALTHY)])
+def test_without_any_accuracy_the_doctor_names_the_checks_it_could_not_run(
+    softmax: bool, headline: str
+) -> None:
+    monitor, probe = _user_loop("digits", steps=300, softmax=softmax)
+    report = doctor(monitor, "rules", probe=probe)
+    # Healthy or not, the answer is no guess: a failed memorization says "not healthy",
+    # nothing says which fault, or that a run that memorizes also generalizes.
+    assert report.headline == headline, str(report)
+    assert report.reason.endswith(
+        "no accuracy was recorded (neither monitor.log_eval(...) nor monitor.step(loss, "
+        "output=..., target=...)), so these checks could not run: validation improves"
+    )
+    assert _verdicts(report)["validation improves"].startswith(UNMEASURED)
+    assert _verdicts(report)["memorizes a small batch"] == (FAIL if softmax else PASS)
+    assert report.upgrade == ("no" if softmax else UNDECIDED)
+    assert f"(the diagnoser rules answered {report.diagnosis.label}" in str(report)
+    _agrees(report)
+
+
+def test_a_layer_frozen_with_requires_grad_false_is_named() -> None:
+    monitor, probe = _user_loop("digits", steps=400, freeze_first=True, eval_every=40)
+    report = doctor(monitor, "rules", probe=probe)
+    assert report.headline == "frozen_layer", str(report)
+    evidence = report.diagnosis.evidence["frozen_layer"]
+    assert evidence["unmoved_layers"] == ["hidden"] and evidence["weight_change"]["hidden"] == 0
+    assert _verdicts(report)["validation improves"] == PASS  # the head alone still learns
+    assert report.upgrade == "no" and "fix 'frozen_layer' first" in str(report)
+    _agrees(report)
+
+
+@pytest.mark.parametrize(
+    ("label", "verdicts", "upgrade"),
+    [
+        ("huge_inputs", [PASS] * 5, "no"),
+        ("healthy", [PASS] * 5, "yes"),
+        ("healthy", [PASS, PASS, FAIL, PASS, PASS], "no"),
+        ("healthy", [PASS, PASS, PASS, f"{UNMEASURED}: x", PASS], UNDECIDED),
+    ],
+)
+def test_upgrade_verdict_is_one_line_that_follows_the_headline(
+    digits_grid: Grid, label: str, verdicts: list[str], upgrade: str
+) -> None:
+    report = doctor(_run(digits_grid, "healthy"), Recorder(label))
+    checks = tuple(dataclasses.replace(c, verdict=v) for c, v in zip(report.checks, verdicts))
+    report = dataclasses.replace(report, checks=checks, verdict=label)
+    last = str(report).splitlines()[-1]
+    assert report.upgrade == upgrade and last.startswith(f"bigger machine: {upgrade} (")
+    assert ("first" in last) == (label != "healthy")

@@ -176,7 +176,7 @@ def test_list_shows_plugins_and_one_line_per_broken_one(plugin_path: Path) -> No
 def test_plugin_fault_task_and_diagnoser_run_through_the_cli(plugin_path: Path) -> None:
     shown = _with_plugin(
         plugin_path,
-        *("run", "--task", "plug_blobs", "--diagnoser", "plug-constant"),
+        *("run", "--grid", "classic", "--task", "plug_blobs", "--diagnoser", "plug-constant"),
         *("--seeds", "1", "--json", "--engine", "serial"),
     )
     assert shown.returncode == 0, shown.stderr

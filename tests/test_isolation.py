@@ -1,5 +1,6 @@
-"""A diagnoser that raises, hangs or answers nonsense, and a worker that dies,
-cost their own runs only: the benchmark finishes and reports them."""
+"""A diagnoser that raises, hangs, answers nonsense, stays in C, ignores signals,
+segfaults or exits, and a worker that dies, cost their own runs only: the
+benchmark finishes and reports them."""
 
 from __future__ import annotations
 
@@ -9,21 +10,26 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import bad_diagnosers as bad
 import numpy as np
+import psutil
 import pytest
 
 from faultbench.faults.fault import canonical_conditions, condition_names
 from faultbench.scoring.evaluate import evaluate, run_for
 from faultbench.scoring.harness import diagnose_safely
+from faultbench.scoring.worker import GRACE, TERM_WAIT, DiagnosisWorker
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task
 from faultbench.training.engine import LocalEngine
 
 TESTS = Path(__file__).parent
 TWO = canonical_conditions(["healthy", "dead_units"])  # two stored runs keep this fast
+ONE = TWO[:1]
+START = 20.0  # seconds a fresh worker may take to start (torch import) on a loaded 2-core host
 
 MISBEHAVING = [
     (bad.Raising, "error", "diagnose() raised RuntimeError: boom on seed 0"),
@@ -34,12 +40,19 @@ MISBEHAVING = [
 ]
 
 
+@pytest.mark.parametrize("isolate", [True, False], ids=["worker", "in-process"])
 @pytest.mark.parametrize(("cls", "status", "message"), MISBEHAVING)
 def test_misbehaving_diagnoser_is_recorded_and_counted_wrong(
-    cls, status, message, digits_grid, shared_store_root
+    cls, status, message, isolate, digits_grid, shared_store_root
 ):
     report = evaluate(
-        cls(), "digits", seeds=1, conditions=TWO, store=shared_store_root, timeout=0.5
+        cls(),
+        "digits",
+        seeds=1,
+        conditions=TWO,
+        store=shared_store_root,
+        timeout=0.5,
+        isolate=isolate,
     )
     assert report.total == 2 and report.trained == 0
     assert report.correct == 0  # a failed answer is never right, even for "healthy"
@@ -49,15 +62,72 @@ def test_misbehaving_diagnoser_is_recorded_and_counted_wrong(
     assert all(r.message == message for r in report.results), report.results[0].message
 
 
+#: Diagnosers that no alarm stops, or that end their process: (class, status, message).
+UNSTOPPABLE = [
+    (bad.CLoop, "timeout", "diagnose() ran past 1 s and did not stop at the alarm"),
+    (bad.IgnoresSignals, "timeout", "diagnose() ran past 1 s and did not stop at the alarm"),
+    (bad.ExitsHard, "crashed", "diagnose() ended its worker process (exit status 3)"),
+    (bad.Segfaults, "crashed", "diagnose() crashed its worker process (killed by SIGSEGV)"),
+]
+
+
+@pytest.mark.parametrize(("cls", "status", "message"), UNSTOPPABLE, ids=lambda v: str(v)[:20])
+def test_worker_is_killed_at_the_timeout_and_the_run_is_recorded(
+    cls, status, message, digits_grid, shared_store_root
+):
+    timeout = 1.0
+    start = time.monotonic()
+    report = evaluate(cls(), "digits", seeds=1, conditions=ONE, store=shared_store_root, timeout=1)
+    elapsed = time.monotonic() - start
+    (result,) = report.results
+    assert (result.status, result.predicted, result.correct) == (status, "unknown", False)
+    assert result.message.startswith(message), result.message
+    assert report.failures == {status: 1}
+    # The diagnosis itself ends at the limit plus the alarm's grace and SIGTERM's wait;
+    # the whole evaluation adds only the worker's start.
+    assert result.diagnose_seconds <= timeout + GRACE + TERM_WAIT + 1.0
+    assert elapsed < timeout + GRACE + TERM_WAIT + START
+
+
+def test_after_a_crash_the_next_diagnosis_gets_a_fresh_worker(digits_grid, shared_store_root):
+    report = evaluate(
+        bad.CrashesOnSeedZero(), "digits", seeds=3, conditions=ONE, store=shared_store_root
+    )
+    assert [(r.seed, r.status) for r in report.results] == [(0, "crashed"), (1, "ok"), (2, "ok")]
+    assert report.correct == 2
+
+
+def test_one_worker_serves_every_diagnosis_and_probe_steps_come_back(
+    digits_grid, shared_store_root
+):
+    task = _digits()
+    records = [digits_grid[("healthy", s)] for s in range(3)]
+    with DiagnosisWorker(bad.Probing(), task, timeout=30) as worker:
+        outcomes = [worker.diagnose(r) for r in records]
+        assert worker.started == 1
+    # Probing takes seed + 3 probe steps: counted in the worker, reported here.
+    assert [o.probe_steps for o in outcomes] == [3, 4, 5]
+    report = evaluate(bad.Probing(), "digits", seeds=3, conditions=ONE, store=shared_store_root)
+    assert [r.probe_steps for r in report.results] == [3, 4, 5]
+
+
 def test_timeout_leaves_no_alarm_behind(digits_grid, shared_store_root):
     before = signal.getsignal(signal.SIGALRM)
     evaluate(
-        bad.Hanging(), "digits", seeds=1, conditions=TWO[:1], store=shared_store_root, timeout=0.3
+        bad.Hanging(),
+        "digits",
+        seeds=1,
+        conditions=ONE,
+        store=shared_store_root,
+        timeout=0.3,
+        isolate=False,
     )
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGALRM) is before
     # The next diagnoser runs normally, with no stray alarm cutting it short.
-    report = evaluate(bad.Healthy(), "digits", seeds=1, conditions=TWO, store=shared_store_root)
+    report = evaluate(
+        bad.Healthy(), "digits", seeds=1, conditions=TWO, store=shared_store_root, isolate=False
+    )
     assert report.failures == {} and report.correct == 1
 
 
@@ -119,6 +189,8 @@ def _cli(*args: str, env_store: Path) -> subprocess.CompletedProcess[str]:
 def test_cli_survives_misbehaving_diagnoser(name, status, extra, digits_grid, shared_store_root):
     proc = _cli(
         "run",
+        "--grid",
+        "classic",
         "--diagnoser",
         f"bad_diagnosers:{name}",
         "--task",
@@ -136,6 +208,71 @@ def test_cli_survives_misbehaving_diagnoser(name, status, extra, digits_grid, sh
     n = len(condition_names())
     assert out["total"] == n and out["correct"] == 0 and out["trained"] == 0
     assert out["failures"] == {status: n}
+    expected = {
+        "Raising": "diagnose() raised RuntimeError: boom on seed 0",
+        "Nonsense": "Nonsense.diagnose returned str, expected Diagnosis",
+        "Hanging": "diagnose() ran past 0.3 s",
+    }[name]
+    assert {r["message"] for r in out["runs"]} == {expected}
+
+
+def test_cli_prints_each_distinct_failure_with_its_count(digits_grid, shared_store_root):
+    argv = [
+        "run",
+        "--grid",
+        "classic",
+        "--diagnoser",
+        "bad_diagnosers:Raising",
+        "--task",
+        "digits",
+        "--seeds",
+        "2",
+    ]
+    proc = _cli(*argv, "--engine", "serial", env_store=shared_store_root)
+    assert proc.returncode == 0, proc.stderr
+    n = len(condition_names())
+    assert f"failed answers (counted wrong): error: {2 * n}" in proc.stdout
+    for seed in (0, 1):
+        line = f"  {n} x error: diagnose() raised RuntimeError: boom on seed {seed}"
+        assert line in proc.stdout.splitlines(), proc.stdout
+
+
+def test_ctrl_c_stops_a_diagnosis_stuck_in_c_and_its_worker(digits_grid, shared_store_root):
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "FAULTBENCH_STORE": str(shared_store_root),
+    }
+    argv = [
+        "run",
+        "--grid",
+        "classic",
+        "--diagnoser",
+        "bad_diagnosers:CLoop",
+        "--task",
+        "digits",
+        "--seeds",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faultbench", *argv, "--timeout", "600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    cli = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while not cli.children() and time.monotonic() < deadline:  # wait for the worker
+        time.sleep(0.2)
+    workers = cli.children(recursive=True)
+    assert workers, "no worker process started"
+    time.sleep(3)  # well inside the first diagnosis, which never ends by itself
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 130 and "faultbench: interrupted" in err
+    _, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive
 
 
 class DyingTask(Task):

@@ -1,18 +1,20 @@
-"""The benchmark's loop: evaluations scored after training equal evaluations made in place."""
+"""The benchmark's loop: evaluations scored after training equal those made in place; a
+run is reproducible; the loop and the model builder know no fault."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
+import faultbench.training as training
 from faultbench import Monitor
-from faultbench.faults.fault import base_setup, condition
+from faultbench.faults.fault import FAULTS, HELD_OUT, base_setup, condition
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import EVALUATIONS, _Scorer, train
-from faultbench.training.model import BatchStream, build_model
-from faultbench.training.monitor import pack_layers
+from faultbench.training.model import build_model
 from faultbench.training.trace import Trace
 
 
@@ -21,19 +23,17 @@ def _evaluated_in_place(task: str, fault: str) -> Trace:
     setup = base_setup(get_task(task), 0)
     if fault:
         setup = condition(fault).apply(setup)
-    model = build_model(setup)
-    pack_layers(model)
-    params = [p for n, p in model.named_parameters() if n.split(".")[0] not in setup.frozen_layers]
-    optimizer = torch.optim.Adam(params, lr=setup.lr)
+    torch.manual_seed(setup.seed)
+    model = setup.make_model(setup)
+    optimizer = setup.make_optimizer(setup.param_groups(model, setup), setup)
     monitor = Monitor(model, optimizer)
-    stream = BatchStream(setup.X_train, setup.y_train, batch_size=setup.batch_size, seed=setup.seed)
     scorer, every = _Scorer(setup), max(1, setup.steps // EVALUATIONS)
-    for step, (xb, yb) in zip(range(1, setup.steps + 1), monitor.batches(stream)):
-        loss = F.cross_entropy(model(xb), yb)
-        if setup.zero_grad:
-            model.zero_grad(set_to_none=False)
+    for step, (xb, yb) in zip(range(1, setup.steps + 1), monitor.batches(setup.loader(setup))):
+        loss = setup.loss(model(xb), yb)
+        setup.clear(model, optimizer, step)
         loss.backward()
-        optimizer.step()
+        setup.clip(model, optimizer, step)
+        setup.update(model, optimizer, step)
         monitor.step(loss)
         if step % every == 0 or step == setup.steps:
             model.eval()
@@ -56,7 +56,14 @@ def _one_thread() -> object:
 
 
 @pytest.mark.parametrize(
-    ("task", "fault"), [("digits", ""), ("digits", "dead_units"), ("shapes", ""), ("language", "")]
+    ("task", "fault"),
+    [
+        ("digits", ""),
+        ("digits", "dead_units"),
+        ("digits", "lr_too_high.warmup"),  # a step part that changes the rate as it goes
+        ("shapes", ""),
+        ("language", ""),
+    ],
 )
 def test_evaluations_scored_after_training_equal_those_made_in_place(task: str, fault: str) -> None:
     setup = base_setup(get_task(task), 0)
@@ -79,3 +86,47 @@ def test_evaluations_are_logged_in_step_order() -> None:
     monitor.log_eval(train_acc=0.5, val_acc=0.5, step=10)
     with pytest.raises(ValueError, match=r"step=3.*step 10"):
         monitor.log_eval(train_acc=0.5, val_acc=0.5, step=3)
+
+
+# Names of the flags the loop and the model builder once read, one per fault.
+FAULT_FLAGS = ("zero_grad", "softmax_head", "dead_fraction", "frozen_layers", "batch_delay")
+
+
+@pytest.mark.parametrize("module", ["loop", "model"])
+def test_loop_and_model_builder_name_no_fault(module: str) -> None:
+    source = (Path(training.__file__).parent / f"{module}.py").read_text()
+    assert [flag for flag in FAULT_FLAGS if flag in source] == []
+    faults = [*FAULTS.names(), *HELD_OUT.names()]
+    assert [name for name in faults if name in source] == []
+
+
+def test_model_builder_seeds_the_init() -> None:
+    setup = base_setup(get_task("digits"), 3)
+    first, second = build_model(setup), build_model(setup)
+    for a, b in zip(first.parameters(), second.parameters()):
+        assert torch.equal(a, b)
+    other = build_model(setup.replace(seed=4))
+    assert not torch.equal(next(first.parameters()), next(other.parameters()))
+
+
+def _numbers(trace: Trace) -> list[np.ndarray]:
+    """Every recorded number that is not a wall-clock time."""
+    out = [trace.loss, trace.zero_grad_share, trace.inactive_share, _evaluations(trace)]
+    for per_layer in (trace.grad_norm, trace.update_ratio):
+        out += [per_layer[k] for k in sorted(per_layer)]
+    return [*out, np.array(sorted(trace.weight_change.items()), dtype=object)]
+
+
+@pytest.mark.parametrize("fault", ["", "label_noise", "starved_loader.slow_dataset"])
+def test_a_run_trains_to_the_same_numbers_whatever_the_callers_threads(fault: str) -> None:
+    cond = condition(fault) if fault else condition()
+    setup = cond.apply(base_setup(get_task("digits"), 1)).replace(steps=120)
+    first = train(setup).trace
+    torch.set_num_threads(2)  # train() picks its own thread count
+    torch.manual_seed(12345)  # and draws nothing from the caller's generator state
+    second = train(setup).trace
+    assert first is not None and second is not None
+    for a, b in zip(_numbers(first), _numbers(second), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert torch.get_num_threads() == 2  # the caller's setting is put back
+    assert not torch.are_deterministic_algorithms_enabled()

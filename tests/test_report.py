@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from faultbench.cli.commands.report import VOLATILE
 from faultbench.cli.main import main
 from faultbench.faults.fault import HEALTHY, condition_names
 from faultbench.reporting.figures import full_confusion
+from faultbench.reporting.provenance import WALL_CLOCK, wait_table
 from faultbench.reporting.report import (
     FINAL_WINDOW,
     fault_table,
@@ -42,6 +44,9 @@ def _report(root: Path, out: Path) -> int:
         str(root),
         "--out",
         str(out),
+        "--allow-dirty",  # the tree under test may hold uncommitted work
+        "--grids",
+        "classic",  # the full grid is make report's: too many runs for a test
     ]
     for name in BASELINES:
         argv += ["--diagnoser", name]
@@ -97,15 +102,109 @@ def test_fault_row_matches_the_records(
     acc = [t.val_acc[-1] for t in traces if t is not None]
     first = [t.loss[0] for t in traces if t is not None]
     final = [t.loss[-FINAL_WINDOW:].mean() for t in traces if t is not None]
-    wait = [t.wait_share for t in traces if t is not None]
     assert row["val_acc_mean"] == f"{np.mean(acc):.3f}"
     assert row["val_acc_sd"] == f"{np.std(acc, ddof=1):.3f}"
     assert row["val_acc_last"] == f"{acc[-1]:.3f}"
     assert row["first_loss_mean"] == f"{np.mean(first):.3f}"
     assert row["ln_classes"] == f"{math.log(10):.3f}"
     assert row["final_loss_last"] == f"{final[-1]:.3f}"
-    assert row["wait_share_mean"] == f"{np.mean(wait):.3f}"
+    assert not [c for c in row.index if "wait" in c]  # wall-clock: kept in waits.csv
     assert row["seeds"] == str(SEEDS) and row["failed_runs"] == "0"
+
+
+def test_wait_share_is_a_wall_clock_table_of_its_own(
+    digits_grid: dict[tuple[str, int], RunRecord],
+) -> None:
+    grid = {(c, s): r for (c, s), r in digits_grid.items() if s < SEEDS}
+    table = wait_table({"digits": grid}).set_index(["task", "condition"])
+    for condition in condition_names():
+        wait = [digits_grid[(condition, s)].trace.wait_share for s in range(SEEDS)]  # type: ignore[union-attr]
+        row = table.loc[("digits", condition)]
+        assert row["wait_share_mean"] == f"{np.mean(wait):.3f}"
+        assert row["wait_share_sd"] == f"{np.std(wait, ddof=1):.3f}"
+        assert row["wait_share_last"] == f"{wait[-1]:.3f}"
+
+
+def test_the_readme_marks_every_wall_clock_file(results: tuple[Path, Path]) -> None:
+    assert set(VOLATILE) == set(WALL_CLOCK)
+    readme = (results[0] / "README.md").read_text()
+    section = readme.split("## Wall-clock measurements", 1)[1].split("## Files", 1)[0]
+    for name in WALL_CLOCK:
+        assert f"- `{name}`: " in section
+        assert f"- `{name}` (wall-clock)" in readme
+    assert "generated (wall-clock): " in readme
+    scores = pd.read_csv(results[0] / "scores.csv")
+    assert not [c for c in scores.columns if "second" in c or "wait" in c]  # kept out of scores
+
+
+def test_committed_provenance_holds_no_machine_path(
+    results: tuple[Path, Path], shared_store_root: Path
+) -> None:
+    for path in results[0].rglob("*"):
+        if path.suffix in (".md", ".csv"):
+            text = path.read_text()
+            assert str(shared_store_root) not in text, path
+            assert str(results[0]) not in text, path
+            assert str(Path.home()) + "/" not in text, path
+    readme = (results[0] / "README.md").read_text()
+    assert "--store" not in readme and "--out results" not in readme
+    assert f"--out {results[0].name} --task digits" in readme
+
+
+def _git(repo: Path, *args: str) -> None:
+    ident = ["-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(["git", *ident, "-C", str(repo), *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def dirty_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git checkout with an uncommitted change, taken for the code's own tree."""
+    repo = tmp_path / "checkout"
+    (repo / "faultbench").mkdir(parents=True)
+    (repo / "results").mkdir()
+    (repo / "faultbench" / "loop.py").write_text("steps = 1\n")
+    (repo / "results" / "scores.csv").write_text("old\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "first")
+    monkeypatch.setattr("faultbench.reporting.provenance.source_root", lambda: repo)
+    return repo
+
+
+def test_report_refuses_a_dirty_tree_before_any_work(
+    dirty_checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (dirty_checkout / "faultbench" / "loop.py").write_text("steps = 2\n")
+    out = dirty_checkout / "results"
+    argv = ["report", "--task", "digits", "--diagnoser", "random", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "faultbench: error: the code has uncommitted changes (faultbench/loop.py); expected a "
+        "clean git tree, so that the revision in results/README.md is the code that made "
+        "them: commit or stash them, or pass --allow-dirty"
+    ]
+    assert (out / "scores.csv").read_text() == "old\n"  # nothing written
+
+
+def test_changes_to_the_results_themselves_do_not_count_as_dirty(dirty_checkout: Path) -> None:
+    (dirty_checkout / "results" / "scores.csv").write_text("regenerated\n")
+    from faultbench.reporting.provenance import git_state, require_clean
+
+    require_clean(dirty_checkout, out=dirty_checkout / "results", allow_dirty=False)
+    rev, changed = git_state(dirty_checkout)
+    assert changed == ["results/scores.csv"] and len(rev) == 40
+
+
+def test_allow_dirty_writes_and_says_so(
+    dirty_checkout: Path, digits_grid: dict, shared_store_root: Path, tmp_path: Path
+) -> None:
+    (dirty_checkout / "faultbench" / "loop.py").write_text("steps = 2\n")
+    out = tmp_path / "out"
+    argv = ["report", "--task", "digits", "--diagnoser", "random", "--seeds", "1"]
+    assert main([*argv, "--store", str(shared_store_root), "--out", str(out), "--allow-dirty"]) == 0
+    readme = (out / "README.md").read_text()
+    assert "+dirty" in readme and "--allow-dirty" in readme
 
 
 def test_fault_table_lists_every_condition_in_order(
@@ -127,7 +226,9 @@ def test_scores_of_the_baselines(
     digits_grid: dict[tuple[str, int], RunRecord], shared_store_root: Path
 ) -> None:
     store = Store(shared_store_root)
-    reports = [evaluate(name, "digits", seeds=SEEDS, store=store) for name in BASELINES]
+    reports = [
+        evaluate(name, "digits", seeds=SEEDS, grid="classic", store=store) for name in BASELINES
+    ]
     table = score_table(reports).set_index("diagnoser")
     assert list(table.index) == sorted(BASELINES)
     healthy = table.loc["always-healthy"]

@@ -26,6 +26,8 @@ def _command(store: Path) -> list[str]:
         "-m",
         "faultbench",
         "run",
+        "--grid",
+        "classic",
         "--diagnoser",
         "always-healthy",
         "--task",

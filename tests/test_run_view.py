@@ -15,7 +15,7 @@ from faultbench.scoring.run import Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import get_task
 
-FORBIDDEN_TYPES = ("RunSpec", "RunRecord", "RunSetup", "Condition", "Fault", "Severity")
+FORBIDDEN_TYPES = ("RunSpec", "RunRecord", "Recipe", "Condition", "Fault", "Variant", "Severity")
 
 
 def _reachable(root: object) -> list[object]:

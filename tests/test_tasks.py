@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 import pytest
+import torch
 from sklearn.datasets import load_iris
 
 import faultbench as fb
 from faultbench.datasets.synthetic import synthetic_arrays
+from faultbench.faults.recipe import base_setup
 from faultbench.tasks.task import TrainDefaults, task_names
+from faultbench.training.loop import train
+from faultbench.training.model import build_model
 
 SYNTHETIC_SHA256 = "c005034b5472689c1c9ade8d748afa203cb2952b9e6896302918244bba4e5671"
 
@@ -57,8 +62,42 @@ def test_from_arrays_task_runs_through_evaluate() -> None:
     task = fb.Task.from_arrays(
         "iris", iris.data, iris.target_names[iris.target], defaults=TrainDefaults(steps=60)
     )
-    report = fb.evaluate("always-healthy", task, seeds=1)
+    report = fb.evaluate("always-healthy", task, seeds=1, grid="classic")
     assert (report.correct, report.total) == (1, 10)
     assert report.task == "iris" and report.tuned is False
     assert list(report.confusion.index) == fb.condition_names()
     assert report.results[0].train_steps == 60
+
+
+def _optimizer_of(task: fb.Task) -> torch.optim.Optimizer:
+    """The optimizer the task's healthy recipe builds."""
+    recipe = base_setup(task, 0)
+    model = build_model(recipe)
+    return recipe.make_optimizer(recipe.param_groups(model, recipe), recipe)
+
+
+def test_tasks_declare_their_optimizer_and_shapes_trains_with_sgd_and_momentum() -> None:
+    shapes = _optimizer_of(fb.get_task("shapes"))
+    assert type(shapes) is torch.optim.SGD
+    assert shapes.defaults["lr"] == 0.05 and shapes.defaults["momentum"] == 0.9
+    digits = _optimizer_of(fb.get_task("digits"))
+    assert type(digits) is torch.optim.Adam and digits.defaults["lr"] == 1e-3
+
+
+def test_a_user_task_chooses_its_optimizer() -> None:
+    iris = load_iris()
+    defaults = TrainDefaults(optimizer="sgd", lr=0.1, momentum=0.5, steps=40)
+    task = fb.Task.from_arrays("iris", iris.data, iris.target, defaults=defaults)
+    optimizer = _optimizer_of(task)
+    assert type(optimizer) is torch.optim.SGD and optimizer.defaults["momentum"] == 0.5
+    result = train(base_setup(task, 0))
+    assert result.config is not None and result.config.optimizer == "SGD"
+    assert result.config.lr == 0.1 and result.config.steps == 40
+
+
+def test_an_unknown_optimizer_is_refused_with_the_nearest_name() -> None:
+    with pytest.raises(
+        fb.FaultbenchError,
+        match=re.escape("Unknown optimizer 'adamw'. Did you mean 'adam'? Valid: adam, sgd"),
+    ):
+        TrainDefaults(optimizer="adamw")

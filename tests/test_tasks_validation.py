@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from faultbench.core.errors import FaultbenchError
+from faultbench.tasks.task import MIN_EXAMPLES_PER_CLASS as MIN
 from faultbench.tasks.task import Task
 
-GOOD_X = np.arange(24, dtype=float).reshape(8, 3)
-GOOD_Y = [0, 1] * 4
+GOOD_X = np.arange(3 * 2 * MIN, dtype=float).reshape(2 * MIN, 3)
+GOOD_Y = [0, 1] * MIN
+N = len(GOOD_Y)
 
 BAD = {
     "nan": (
@@ -24,44 +26,49 @@ BAD = {
         "X must be finite; found nan at row 1, column 1 (1 non-finite values in all)",
     ),
     "inf": (
-        np.where(GOOD_X == 23, np.inf, GOOD_X),
+        np.where(GOOD_X == 3 * N - 1, np.inf, GOOD_X),
         GOOD_Y,
-        "X must be finite; found inf at row 7, column 2",
+        f"X must be finite; found inf at row {N - 1}, column 2",
     ),
     "mismatched lengths": (
         GOOD_X,
         GOOD_Y[:-1],
-        "X has 8 rows but y has 7 labels; expected equal lengths",
+        f"X has {N} rows but y has {N - 1} labels; expected equal lengths",
     ),
-    "single class": (GOOD_X, [3] * 8, "y has 1 class; expected at least 2 classes"),
+    "single class": (GOOD_X, [3] * N, "y has 1 class; expected at least 2 classes"),
     "fewer examples than classes": (
         GOOD_X[:3],
         ["a", "b", "c"],
-        "3 examples for 3 classes; expected at least 6",
+        f"class 'a' has 1 example (3 of 3 classes have fewer than {MIN}; 3 examples in all); "
+        f"expected at least {MIN} per class, enough to train on and to validate on",
     ),
     "a class seen once": (
-        GOOD_X[:5],
-        ["a", "b", "a", "b", "c"],
-        "5 examples for 3 classes; expected at least 6",
+        np.vstack([GOOD_X, GOOD_X[:1]]),
+        [*GOOD_Y, "c"],
+        f"class 'c' has 1 example (1 of 3 classes have fewer than {MIN}; {N + 1} examples",
     ),
-    "one-example class": (
+    "one short of the minimum": (
+        GOOD_X[: 2 * MIN - 1],
+        GOOD_Y[:-1],
+        f"class 1 has {MIN - 1} examples (1 of 2 classes have fewer than {MIN}",
+    ),
+    "1-D X": (GOOD_X[:, 0], GOOD_Y, f"X must be 2-D (examples x features); got shape ({N},)"),
+    "3-D X": (GOOD_X.reshape(N, 3, 1), GOOD_Y, "X must be 2-D (examples x features); got shape"),
+    "no features": (np.empty((N, 0)), GOOD_Y, f"X has no features (shape ({N}, 0))"),
+    "text X": ([["a", "b"]] * N, GOOD_Y, "X must be a 2-D array of numbers"),
+    "2-D y": (GOOD_X, np.array(GOOD_Y).reshape(MIN, 2), "y must be 1-D, one label per row"),
+    "missing label": (
         GOOD_X,
-        ["a", "b", "a", "b", "a", "b", "a", "c"],
-        "class 'c' has 1 example; expected at least 2 per class",
+        [0, 1, 0, None, *GOOD_Y[4:]],
+        "y has a missing label (None) at row 3",
     ),
-    "1-D X": (GOOD_X[:, 0], GOOD_Y, "X must be 2-D (examples x features); got shape (8,)"),
-    "3-D X": (GOOD_X.reshape(8, 3, 1), GOOD_Y, "X must be 2-D (examples x features); got shape"),
-    "no features": (np.empty((8, 0)), GOOD_Y, "X has no features (shape (8, 0))"),
-    "text X": ([["a", "b"]] * 8, GOOD_Y, "X must be a 2-D array of numbers"),
-    "2-D y": (GOOD_X, np.array(GOOD_Y).reshape(4, 2), "y must be 1-D, one label per row"),
-    "missing label": (GOOD_X, [0, 1, 0, None, 0, 1, 0, 1], "y has a missing label (None) at row 3"),
     "nan label": (
         GOOD_X,
-        [0.0, 1.0, np.nan, 1.0, 0.0, 1.0, 0.0, 1.0],
+        [0.0, 1.0, np.nan, *GOOD_Y[3:]],
         "y has a missing label (nan) at row 2",
     ),
     "overflowing column": (
-        np.column_stack([[1e300, -1e300] * 4, GOOD_X[:, 1]]),
+        np.column_stack([[1e300, -1e300] * MIN, GOOD_X[:, 1]]),
         GOOD_Y,
         "X column 0 is too large to normalize",
     ),
@@ -81,8 +88,8 @@ def test_bad_arrays_raise_a_clear_error(case):
 
 
 def test_string_labels_map_to_class_indices():
-    labels = ["cat", "dog", "bird"] * 4
-    X = np.random.default_rng(0).normal(size=(12, 2))
+    labels = ["cat", "dog", "bird"] * MIN
+    X = np.random.default_rng(0).normal(size=(3 * MIN, 2))
     task = Task.from_arrays("pets", X, labels)
     assert task.classes == ("bird", "cat", "dog")  # the originals, sorted
     assert task.y_train.dtype == np.int64 and set(task.y_train) == {0, 1, 2}
@@ -97,7 +104,7 @@ label_sets = st.sampled_from([["a", "b"], ["x", "y", "z"], [0, 1, 2, 3], [-1.5, 
 @st.composite
 def valid_inputs(draw):  # type: ignore[no-untyped-def]
     classes = draw(label_sets)
-    per_class = draw(st.integers(2, 5))
+    per_class = draw(st.integers(MIN, MIN + 3))
     y = [c for c in classes for _ in range(per_class)]
     y = draw(st.permutations(y))
     n_features = draw(st.integers(1, 4))

@@ -59,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FaultbenchError as exc:
         print(f"faultbench: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # workers are stopped on the way out; finished runs are stored
+        print("faultbench: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

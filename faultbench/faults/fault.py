@@ -1,77 +1,46 @@
-"""Faults: named transforms of a run's setup, each with at most one severity knob.
+"""Faults: bugs that wrap a run's recipe, each under the label a diagnoser must answer.
 
-A fault never touches the training loop's code: it changes the data, the model
-recipe, the optimizer settings, a loop flag or the loader, exactly where the
-bug would live in a real project. Faults compose: a condition is a sequence of
-(fault, severity) pairs applied in order; ``healthy`` is the empty sequence.
+A fault is a label (``frozen_layer``) with one or more mechanisms, its
+*variants*: the ways the same bug happens in real scripts (a layer left out of
+the optimizer, ``requires_grad = False``, a parameter group at rate 0). A
+variant is a function from a recipe to a recipe (see :mod:`.recipe`) that
+wraps the parts where the bug lives. A condition applies several in order, so
+faults compose; ``healthy`` is the empty condition.
+
+Two registries. :data:`FAULTS` holds the known faults: their names are the
+labels a diagnoser may answer (:func:`labels`). :data:`HELD_OUT` holds real
+bugs outside them that no diagnoser is told about: their runs belong to the
+benchmark, their names to no label set; the answer that names one is
+:data:`OTHER_FAULT`.
+
+A condition names a variant as ``fault.variant``; the bare name is the
+fault's first variant, its classic form, so the classic grid keeps its names.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from faultbench.core.errors import FaultbenchError
+from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
+from faultbench.faults.recipe import Recipe, base_setup  # base_setup: re-exported for callers
+from faultbench.faults.source import code_hash
 from faultbench.tasks.task import Task
 
 HEALTHY = "healthy"
+OTHER_FAULT = "other_fault"  # the answer "something is broken, and it is none of the known faults"
+DEFAULT_VARIANT = "default"  # the variant name of a fault given as one transform
+PARTS = ("data", "model", "loss", "optimizer", "loader", "step")  # where a variant can live
 
-
-@dataclass(frozen=True, eq=False)
-class RunSetup:
-    """Everything one training run needs; faults return modified copies."""
-
-    seed: int  # seeds the model init, the batch order and the probe
-    n_classes: int  # width of the output layer
-    X_train: np.ndarray  # inputs the loop trains on
-    y_train: np.ndarray  # labels the loop trains on
-    X_val: np.ndarray  # inputs the run validates on
-    y_val: np.ndarray  # labels the run validates on
-    hidden: int  # width of the ReLU hidden layer
-    architecture: str  # model recipe (see faultbench.training.architectures)
-    image_side: int  # side of square images, for the "cnn" recipe
-    lr: float  # Adam's learning rate
-    batch_size: int  # examples per update
-    steps: int  # optimizer updates
-    zero_grad: bool = True  # clear gradients before each backward pass
-    softmax_head: bool = False  # the model ends in a softmax (probabilities out)
-    dead_fraction: float = 0.0  # share of hidden units whose bias starts below any input
-    frozen_layers: tuple[str, ...] = ()  # layers left out of the optimizer
-    batch_delay: float = 0.0  # seconds the loader spends producing each batch
-
-    def replace(self, **changes: object) -> RunSetup:
-        """A copy with some fields changed."""
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-
-
-def base_setup(task: Task, seed: int) -> RunSetup:
-    """The healthy setup of ``task`` for one seed."""
-    d = task.defaults
-    return RunSetup(
-        seed=seed,
-        n_classes=task.n_classes,
-        X_train=task.X_train,
-        y_train=task.y_train,
-        X_val=task.X_val,
-        y_val=task.y_val,
-        hidden=d.hidden,
-        architecture=d.architecture,
-        image_side=d.image_side,
-        lr=d.lr,
-        batch_size=d.batch_size,
-        steps=d.steps,
-    )
+Transform = Callable[[Recipe, float | None], Recipe]
 
 
 @dataclass(frozen=True)
 class Severity:
-    """The valid range and canonical value of a fault's one knob."""
+    """The valid range and canonical value of a variant's one knob."""
 
     canonical: float  # the benchmark's default: visible on digits in every seed
     low: float  # smallest valid value
@@ -104,25 +73,76 @@ class Severity:
         return float(value)
 
 
+def applies_anywhere(recipe: Recipe) -> str:
+    """The usual variant applies to every recipe: no reason against it."""
+    return ""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One mechanism of a fault: where in a script the bug lives, and the bug itself."""
+
+    name: str  # unique within its fault; a condition names it as "fault.variant"
+    summary: str  # the bug in a user's terms, in one line
+    lives: str  # the recipe parts it wraps, "+"-joined from PARTS ("" for a plug-in's)
+    transform: Transform  # recipe -> recipe with the bug in it
+    severity: Severity | None = None  # its knob; None: the bug has no natural degree
+    why_not: Callable[[Recipe], str] = applies_anywhere  # why it cannot apply, "" if it can
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.lives.split("+") if p and p not in PARTS]
+        if unknown:
+            raise ValueError(f"variant '{self.name}' lives in {unknown}; expected parts of {PARTS}")
+
+
 @dataclass(frozen=True)
 class Fault:
-    """A registered fault: its transform, its knob and what it breaks."""
+    """A registered fault: its label, what it breaks, and its mechanisms.
+
+    Give either one ``transform`` (with its ``severity``), for a fault of one
+    mechanism, or ``variants``; either way ``transform`` and ``severity`` end
+    up those of the first variant, the fault's classic form.
+    """
 
     name: str  # registry name, also the label a diagnoser should answer
     summary: str  # what is broken, in one line
-    transform: Callable[[RunSetup, float | None], RunSetup]  # the bug itself
-    severity: Severity | None  # None: the fault has no natural degree
+    transform: Transform | None = None  # the first variant's transform
+    severity: Severity | None = None  # the first variant's knob
+    variants: tuple[Variant, ...] = ()  # every mechanism, the classic one first
+
+    def __post_init__(self) -> None:
+        if not self.variants:
+            if self.transform is None:
+                raise TypeError(f"fault '{self.name}' needs a transform or variants")
+            only = Variant(DEFAULT_VARIANT, self.summary, "", self.transform, self.severity)
+            object.__setattr__(self, "variants", (only,))
+        elif self.transform is not None and self.transform is not self.variants[0].transform:
+            raise TypeError(f"fault '{self.name}': give a transform or variants, not both")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"fault '{self.name}' names a variant twice: {names}")
+        object.__setattr__(self, "transform", self.variants[0].transform)
+        object.__setattr__(self, "severity", self.variants[0].severity)
+
+    def variant(self, name: str) -> Variant:
+        """The variant called ``name``.
+
+        Raises:
+            FaultbenchError: no such variant (with the nearest one).
+        """
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise unknown_name(f"{self.name} variant", name, [v.name for v in self.variants])
+
+    def variant_id(self, variant: Variant) -> str:
+        """How a condition names ``variant``: the bare fault name for the classic one."""
+        return self.name if variant is self.variants[0] else f"{self.name}.{variant.name}"
 
     @property
     def source_hash(self) -> str:
-        """Hash of the transform's code; part of the cache key of runs it affects."""
-        return hashlib.sha256(inspect.getsource(self.transform).encode()).hexdigest()[:12]
-
-
-#: The registered faults, by name.
-FAULTS: Registry[Fault] = Registry(
-    "fault", group="faultbench.faults", adapt=lambda name, obj: _plugin_fault(name, obj)
-)
+        """Hash of the code of every variant; part of the cache key of the runs it touches."""
+        return code_hash([v.transform for v in self.variants])
 
 
 def _plugin_fault(name: str, obj: object) -> Fault:
@@ -134,166 +154,201 @@ def _plugin_fault(name: str, obj: object) -> Fault:
     return obj
 
 
-def fault(
-    name: str, summary: str, severity: Severity | None = None
-) -> Callable[[Callable[[RunSetup, float | None], RunSetup]], Fault]:
-    """Register the decorated transform as a fault."""
-
-    def decorate(transform: Callable[[RunSetup, float | None], RunSetup]) -> Fault:
-        return FAULTS.add(name, Fault(name, summary, transform, severity))
-
-    return decorate
-
-
-@fault(
-    "missing_zero_grad",
-    "the loop never clears gradients, so they accumulate across steps",
+#: The known faults, by name: each name is a label a diagnoser may answer.
+FAULTS: Registry[Fault] = Registry(
+    "fault", builtin="faultbench.faults.known", group="faultbench.faults", adapt=_plugin_fault
 )
-def _missing_zero_grad(setup: RunSetup, severity: float | None) -> RunSetup:
-    return setup.replace(zero_grad=False)
 
-
-@fault(
-    "huge_inputs",
-    "inputs reach the model un-normalized, scaled far up",
-    Severity(1000.0, 2.0, 1e6, "factor multiplying the inputs"),
+#: Faults no diagnoser is told about: their runs' right answer is OTHER_FAULT.
+HELD_OUT: Registry[Fault] = Registry(
+    "held-out fault",
+    builtin="faultbench.faults.heldout",
+    group="faultbench.held_out_faults",
+    adapt=_plugin_fault,
 )
-def _huge_inputs(setup: RunSetup, severity: float | None) -> RunSetup:
-    scale = np.float32(severity)
-    return setup.replace(X_train=setup.X_train * scale, X_val=setup.X_val * scale)
 
 
-@fault(
-    "lr_too_high",
-    "the learning rate is far above the task's working rate",
-    Severity(100.0, 2.0, 1e4, "factor multiplying the working learning rate"),
-)
-def _lr_too_high(setup: RunSetup, severity: float | None) -> RunSetup:
-    return setup.replace(lr=setup.lr * float(severity or 1.0))
+def register(name: str, summary: str, *variants: Variant, held_out: bool = False) -> Fault:
+    """Register a fault of one or more variants (the first is its classic form).
+
+    Raises:
+        ValueError: the name is taken, in either registry.
+    """
+    other = FAULTS if held_out else HELD_OUT
+    if name in other.names():
+        raise ValueError(f"fault '{name}' is already registered as a {other.kind}")
+    return (HELD_OUT if held_out else FAULTS).add(name, Fault(name, summary, variants=variants))
 
 
-@fault(
-    "dead_units",
-    "hidden ReLU units are dead from initialization (biases below any input)",
-    Severity(0.9, 0.05, 1.0, "share of hidden units killed"),
-)
-def _dead_units(setup: RunSetup, severity: float | None) -> RunSetup:
-    return setup.replace(dead_fraction=float(severity or 0.0))
+def get_fault(name: str) -> Fault:
+    """The known or held-out fault called ``name``.
+
+    Raises:
+        FaultbenchError: neither registry holds it (with the nearest name of both).
+    """
+    if name in FAULTS.names() or name in FAULTS.broken:
+        return FAULTS.get(name)
+    if name in HELD_OUT.names() or name in HELD_OUT.broken:
+        return HELD_OUT.get(name)
+    raise unknown_name("fault", name, [*FAULTS.names(), *HELD_OUT.names()])
 
 
-@fault(
-    "starved_loader",
-    "the data pipeline is the bottleneck: each batch makes the step wait",
-    Severity(0.002, 1e-4, 0.02, "seconds spent producing each batch"),
-)
-def _starved_loader(setup: RunSetup, severity: float | None) -> RunSetup:
-    return setup.replace(batch_delay=float(severity or 0.0))
+def find(ident: str) -> tuple[Fault, Variant]:
+    """The fault and variant named by ``fault`` or ``fault.variant``.
 
-
-@fault(
-    "too_small_model",
-    "the hidden layer is far too narrow for the task",
-    Severity(
-        2.0, 1.0, 8.0, "width of the hidden layer (smaller is worse)", worse_when_higher=False
-    ),
-)
-def _too_small_model(setup: RunSetup, severity: float | None) -> RunSetup:
-    return setup.replace(hidden=int(severity or 1))
-
-
-@fault(
-    "label_mismatch",
-    "training labels use a class mapping shifted against the validation mapping",
-)
-def _label_mismatch(setup: RunSetup, severity: float | None) -> RunSetup:
-    # A cyclic shift is a permutation with no fixed point for any class count >= 2.
-    shifted = (setup.y_train + 1) % setup.n_classes
-    return setup.replace(y_train=shifted.astype(np.int64))
-
-
-@fault(
-    "softmax_before_loss",
-    "the model outputs probabilities into a loss that expects logits",
-)
-def _softmax_before_loss(setup: RunSetup, severity: float | None) -> RunSetup:
-    return setup.replace(softmax_head=True)
-
-
-@fault(
-    "frozen_layer",
-    "the hidden layer is left out of the optimizer: it gets gradients, never changes",
-)
-def _frozen_layer(setup: RunSetup, severity: float | None) -> RunSetup:
-    return setup.replace(frozen_layers=(*setup.frozen_layers, "hidden"))
+    Raises:
+        FaultbenchError: an unknown fault or variant.
+    """
+    name, _, variant = ident.partition(".")
+    found = get_fault(name)
+    return found, (found.variant(variant) if variant else found.variants[0])
 
 
 @dataclass(frozen=True)
 class Condition:
     """What is broken in a run: zero (healthy), one or several faults."""
 
-    faults: tuple[tuple[str, float | None], ...] = ()  # (fault name, severity) in order
+    faults: tuple[tuple[str, float | None], ...] = ()  # (fault[.variant], severity), in order
 
     @property
     def name(self) -> str:
-        """``healthy``, a fault name, or fault names joined by ``+``."""
-        return "+".join(name for name, _ in self.faults) or HEALTHY
+        """``healthy``, a fault (or ``fault.variant``) name, or several joined by ``+``."""
+        return "+".join(ident for ident, _ in self.faults) or HEALTHY
+
+    @property
+    def label(self) -> str:
+        """The truth a diagnoser is scored against: the faults' names, joined by ``+``."""
+        return label_of(self.name)
 
     @property
     def labels(self) -> frozenset[str]:
-        """The set of labels a perfect diagnoser would answer."""
-        return frozenset(name for name, _ in self.faults) or frozenset({HEALTHY})
+        """The set of fault names a perfect diagnoser would name (held-out ones included)."""
+        return frozenset(ident.partition(".")[0] for ident, _ in self.faults) or frozenset(
+            {HEALTHY}
+        )
 
-    def apply(self, setup: RunSetup) -> RunSetup:
-        """Apply every fault, in order."""
-        for name, severity in self.faults:
-            setup = FAULTS.get(name).transform(setup, severity)
-        return setup
+    @property
+    def held_out(self) -> bool:
+        """Whether a held-out fault is involved: the right answer then is OTHER_FAULT."""
+        return any(ident.partition(".")[0] in HELD_OUT.names() for ident, _ in self.faults)
+
+    def apply(self, recipe: Recipe) -> Recipe:
+        """Apply every fault, in order.
+
+        Raises:
+            FaultbenchError: a variant that cannot apply to ``recipe`` (with the reason).
+        """
+        for ident, severity in self.faults:
+            found, variant = find(ident)
+            why = recipe.inapplicable.get(found.name) or variant.why_not(recipe)
+            if why:
+                raise FaultbenchError(f"fault variant '{ident}' does not apply here: {why}")
+            recipe = variant.transform(recipe, severity)
+        return recipe
 
     def source_hash(self) -> str:
         """Hash of the code of every fault involved."""
-        return "-".join(FAULTS.get(name).source_hash for name, _ in self.faults)
+        return "-".join(find(ident)[0].source_hash for ident, _ in self.faults)
 
 
-def condition(*faults: str | tuple[str, float | None]) -> Condition:
+def condition(*faults: str | tuple[str, float | None], task: Task | None = None) -> Condition:
     """Build a validated condition from names (canonical severity) or (name, severity).
 
+    A name is a fault (its classic variant) or ``fault.variant``.
     ``condition()`` and ``condition("healthy")`` are the healthy condition.
+    With ``task``, a variant that cannot apply to it is refused here, before any work.
 
     Raises:
-        FaultbenchError: an unknown fault name or a severity out of range.
+        FaultbenchError: an unknown fault or variant, a severity out of range, the
+            same fault twice, or a variant that does not apply to ``task``.
     """
     pairs: list[tuple[str, float | None]] = []
     for item in faults:
-        name, value = (item, None) if isinstance(item, str) else item
-        if name == HEALTHY:
+        ident, value = (item, None) if isinstance(item, str) else item
+        if ident == HEALTHY:
             continue
-        spec = FAULTS.get(name)
-        if spec.severity is None:
-            pairs.append((name, None))
-        else:
-            pairs.append(
-                (
-                    name,
-                    spec.severity.check(name, spec.severity.canonical if value is None else value),
-                )
-            )
-    if len({n for n, _ in pairs}) != len(pairs):
-        raise FaultbenchError(f"a condition names the same fault twice: {[n for n, _ in pairs]}")
+        found, variant = find(ident)
+        if task is not None and (why := inapplicable(ident, task)):
+            raise FaultbenchError(f"fault variant '{ident}' does not apply to {task.name}: {why}")
+        knob, severity = variant.severity, None
+        if knob is not None:
+            severity = knob.check(ident, knob.canonical if value is None else value)
+        pairs.append((found.variant_id(variant), severity))
+    names = [ident.partition(".")[0] for ident, _ in pairs]
+    if len(set(names)) != len(names):
+        raise FaultbenchError(f"a condition names the same fault twice: {names}")
     return Condition(tuple(pairs))
 
 
 def condition_names() -> list[str]:
-    """The ten canonical labels: ``healthy`` then every registered fault."""
+    """The classic grid's labels: ``healthy`` then every known fault."""
     return [HEALTHY, *FAULTS.names()]
+
+
+def label_of(name: str) -> str:
+    """The fault label of the condition called ``name``: its variants' names dropped."""
+    return "+".join(part.partition(".")[0] for part in name.split("+"))
+
+
+def answer_for(name: str) -> str:
+    """The answer that is right for the condition called ``name``.
+
+    A variant is scored under its fault's label (``frozen_layer.requires_grad``
+    is right as ``frozen_layer``); a held-out fault, whose name no diagnoser is
+    told, is right only as ``other_fault``.
+    """
+    parts = [part.partition(".")[0] for part in name.split("+")]
+    if any(part in HELD_OUT.names() for part in parts):
+        return OTHER_FAULT
+    return "+".join(parts)
+
+
+def labels() -> list[str]:
+    """Every answer a diagnoser may give: ``healthy``, each known fault, ``other_fault``."""
+    return [*condition_names(), OTHER_FAULT]
 
 
 def canonical_conditions(
     names: Sequence[str] | None = None, *, task: Task | None = None
 ) -> list[Condition]:
-    """One condition per label, each fault at its canonical severity.
+    """One condition per label (the classic grid), each fault at its canonical severity.
 
     With ``task``, faults the task declares inapplicable are left out (the
     report lists them with the reason, so nothing is skipped silently).
     """
     skip = task.inapplicable if task is not None else {}
     return [condition(name) for name in (names or condition_names()) if name not in skip]
+
+
+def variant_ids(*, held_out: bool | None = None) -> list[str]:
+    """How conditions name every variant: known faults' first, then held-out ones'.
+
+    ``held_out=False`` gives the known faults' only, ``True`` the held-out ones'.
+    """
+    registries = {None: (FAULTS, HELD_OUT), False: (FAULTS,), True: (HELD_OUT,)}[held_out]
+    return [
+        fault.variant_id(v)
+        for registry in registries
+        for fault in map(registry.get, registry.names())
+        for v in fault.variants
+    ]
+
+
+def inapplicable(ident: str, task: Task) -> str:
+    """Why the variant ``ident`` cannot run on ``task``, or "" when it can."""
+    found, variant = find(ident)
+    recipe = base_setup(task, 0)
+    return recipe.inapplicable.get(found.name) or variant.why_not(recipe)
+
+
+def variant_conditions(task: Task) -> tuple[list[Condition], dict[str, str]]:
+    """Every variant of every fault (held-out ones last) that applies to ``task``, each at
+    its canonical severity, and the others with the reason they do not apply."""
+    conditions, skipped = [], {}
+    for ident in variant_ids():
+        why = inapplicable(ident, task)
+        if why:
+            skipped[ident] = why
+        else:
+            conditions.append(condition(ident))
+    return conditions, skipped

@@ -3,9 +3,11 @@
 The source never holds a number. Each ``{{...}}`` placeholder is resolved from
 the CSV files ``faultbench report`` wrote, at build time:
 
-- ``{{faults:TASK:CONDITION:COLUMN}}``, ``{{scores:DIAGNOSER:TASK:COLUMN}}``,
+- ``{{faults:TASK:CONDITION:COLUMN}}``, ``{{waits:TASK:CONDITION:COLUMN}}``,
+  ``{{scores:DIAGNOSER:TASK:COLUMN}}``,
   ``{{mcnemar:TASK:A:B:COLUMN}}``, ``{{setup:TASK:COLUMN}}``,
-  ``{{conditions:CONDITION:COLUMN}}``: one cell, exactly as the CSV has it;
+  ``{{conditions:CONDITION:COLUMN}}``, ``{{leaderboard:DIAGNOSER:COLUMN}}``,
+  ``{{leaderboard_tasks:DIAGNOSER:TASK}}``: one cell, exactly as the CSV has it;
 - ``{{count:TABLE:COLUMN}}``: how many distinct values a column holds;
 - ``{{table:NAME}}`` or ``{{table:faults:TASK}}``: a whole table;
 - ``{{figure:PATH}}``: a figure under ``results/``, copied next to the HTML.
@@ -30,12 +32,24 @@ from faultbench.reporting.report import faults_view, markdown_table, recall_view
 #: Table name -> the columns that identify one of its rows.
 KEYS: dict[str, tuple[str, ...]] = {
     "faults": ("task", "condition"),
+    "waits": ("task", "condition"),  # wall-clock: the data-wait share (results/waits.csv)
     "scores": ("diagnoser", "task"),
     "mcnemar": ("task", "diagnoser_a", "diagnoser_b"),
     "setup": ("task",),
     "conditions": ("condition",),
+    "leaderboard": ("diagnoser",),  # the full grid's scores (results/leaderboard.csv)
+    "leaderboard_tasks": ("diagnoser",),  # identification per task
 }
-TABLES = ("faults", "scores", "recall", "mcnemar", "conditions", "setup")
+TABLES = (
+    "faults",
+    "scores",
+    "recall",
+    "mcnemar",
+    "conditions",
+    "setup",
+    "leaderboard",
+    "leaderboard_tasks",
+)
 PLACEHOLDER = re.compile(r"\{\{([^{}]+)\}\}")
 STYLE = """body{font-family:Georgia,serif;max-width:60em;margin:2em auto;padding:0 1em;
 line-height:1.5;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:.85em}

@@ -2,8 +2,11 @@
 
 Everything here describes a report rather than scoring anything. The tables of
 configuration (:func:`setup_table`, :func:`conditions_table`) are deterministic;
-:func:`timing_table` and :func:`readme` hold what changes between two reports
-(seconds, dates, the machine), and are kept out of the identity check.
+:func:`timing_table`, :func:`wait_table` and :func:`readme` hold what changes
+between two reports or two machines (seconds, data-wait shares, dates, the
+machine): :data:`WALL_CLOCK` names their files, the README lists them as such,
+and no score is computed from them. Nothing written here names a path of the
+machine that made it (no store, no home directory), so the files can be committed.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import FAULTS, HEALTHY, condition_names
-from faultbench.reporting.report import Grid, fmt
+from faultbench.reporting.report import Grid, fmt, spread
 from faultbench.scoring.evaluate import Report
 from faultbench.tasks.task import get_task
 
@@ -35,6 +39,38 @@ PACKAGES = (
     "matplotlib",
     "markdown",
 )
+
+
+#: The files of results/ that hold wall-clock measurements or dates: they differ
+#: between two reports of the same runs, and between machines.
+WALL_CLOCK = {
+    "README.md": "the date of the report, when and where its runs trained",
+    "timings.csv": "seconds per diagnosis and per training run, measured",
+    "timings.md": "the same seconds, and the data-wait share per condition",
+    "waits.csv": "share of step time each run spent waiting for data, measured as it trained",
+}
+
+
+def wait_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
+    """The data-wait share per task × condition (mean, sd, last seed): a wall-clock measurement.
+
+    Each run measured it while it trained, so it moves with the machine and its load.
+    """
+    rows = []
+    for task, grid in grids.items():
+        seeds = sorted({seed for _, seed in grid})
+        for cond in condition_names():
+            shares = pd.Series(
+                [_wait_share(grid.get((cond, s))) for s in seeds], index=seeds, dtype=float
+            )
+            rows.append({"task": task, "condition": cond, **spread(shares, "wait_share")})
+    columns = ["task", "condition", "wait_share_mean", "wait_share_sd", "wait_share_last"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _wait_share(record: object) -> float:
+    trace = getattr(record, "trace", None)
+    return float(trace.wait_share) if trace is not None else float("nan")
 
 
 def timing_table(reports: Sequence[Report]) -> pd.DataFrame:
@@ -103,22 +139,63 @@ def setup_table(tasks: Sequence[str], seeds: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def git_revision(root: Path | None = None) -> str:
-    """The commit checked out, ``+dirty`` when tracked files differ; ``unknown`` outside git."""
-    where = str(root or Path.cwd())
+def source_root() -> Path | None:
+    """The git work tree holding the faultbench code that runs now, or None (an install)."""
+    here = Path(__file__).resolve().parents[1]  # the faultbench package
     try:
-        rev = subprocess.run(
-            ["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        top = _git(here, "rev-parse", "--show-toplevel").strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return f"{rev}{'+dirty' if dirty else ''}"
+        return None
+    return Path(top) if (Path(top) / "faultbench").resolve() == here else None
+
+
+def git_state(root: Path | None, *, out: Path | None = None) -> tuple[str, list[str]]:
+    """The commit checked out at ``root`` and its changed tracked files (``out`` excluded).
+
+    Returns:
+        ("unknown (not a git checkout)", []) when ``root`` is None or not in git.
+    """
+    if root is None:
+        return "unknown (not a git checkout)", []
+    spec = ["--", "."]
+    if out is not None and out.resolve().is_relative_to(root.resolve()):
+        spec.append(f":(exclude){out.resolve().relative_to(root.resolve())}")
+    try:
+        rev = _git(root, "rev-parse", "HEAD").strip()
+        status = _git(root, "status", "--porcelain", "--untracked-files=no", *spec)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)", []
+    return rev, [line[3:] for line in status.splitlines() if line.strip()]
+
+
+def require_clean(root: Path | None, *, out: Path, allow_dirty: bool) -> None:
+    """Refuse to write results from code with uncommitted changes (``out`` itself aside).
+
+    Raises:
+        FaultbenchError: tracked files differ from the commit and ``allow_dirty`` is False.
+    """
+    _, changed = git_state(root, out=out)
+    if changed and not allow_dirty:
+        shown = ", ".join(changed[:3]) + (
+            f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        )
+        raise FaultbenchError(
+            f"the code has uncommitted changes ({shown}); expected a clean git tree, so that "
+            "the revision in results/README.md is the code that made them: commit or stash "
+            "them, or pass --allow-dirty"
+        )
+
+
+def git_revision(root: Path | None = None, *, out: Path | None = None) -> str:
+    """The commit checked out, ``+dirty`` when tracked files differ; ``unknown`` outside git."""
+    rev, changed = git_state(source_root() if root is None else root, out=out)
+    return f"{rev}{'+dirty' if changed else ''}"
+
+
+def _git(where: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(where), *args], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def package_versions() -> dict[str, str]:
@@ -156,7 +233,7 @@ def records_summary(grids: Mapping[str, Grid]) -> dict[str, str]:
         "runs that failed to train": str(failed),
         "code versions": ", ".join(sorted({r.code_version for r in records})) or "none",
         "trained on hosts": ", ".join(sorted({r.host for r in records if r.host})) or "unknown",
-        "trained between": f"{created[0]} and {created[-1]}" if created else "unknown",
+        "trained between (wall-clock)": f"{created[0]} and {created[-1]}" if created else "unknown",
     }
 
 
@@ -165,9 +242,18 @@ def readme(
     files: Sequence[str],
     grids: Mapping[str, Grid],
     trained_now: int,
-    store: str,
+    *,
+    revision: str,
 ) -> str:
-    """``results/README.md``: the files, how to regenerate them, and their provenance."""
+    """``results/README.md``: the files, how to regenerate them, and their provenance.
+
+    Args:
+        command: The ``faultbench report`` command line, without machine paths.
+        files: The files written, relative to the results directory.
+        grids: The stored runs the tables read.
+        trained_now: Runs this report trained.
+        revision: The git revision of the code (see :func:`git_revision`).
+    """
     now = datetime.now(UTC).isoformat(timespec="seconds")
     lines = [
         "# results/",
@@ -182,21 +268,29 @@ def readme(
         "faultbench paper               # paper/build/paper.html from these tables",
         "```",
         "",
-        "Stored runs are reused; only missing ones are trained. Every table except "
-        "`timings.*` and this file is identical between two reports of the same stored runs.",
+        "Stored runs are reused; only missing ones are trained. Every file except the "
+        "wall-clock ones below is identical between two reports of the same stored runs, "
+        "and training is deterministic, so a fresh clone reproduces them.",
         "",
-        "## Files",
+        "## Wall-clock measurements",
+        "",
+        "These files hold seconds, shares of time or dates measured on the machine below; "
+        "they change from one report or machine to the next, and no score is computed "
+        "from them:",
         "",
     ]
-    lines += [f"- `{name}`" for name in files]
+    lines += [f"- `{name}`: {why}" for name, why in WALL_CLOCK.items()]
+    lines += ["", "## Files", ""]
+    lines += [f"- `{name}`" + (" (wall-clock)" if name in WALL_CLOCK else "") for name in files]
     lines += [
         "",
         "## Provenance",
         "",
-        f"- generated: {now}",
+        f"- generated (wall-clock): {now}",
         f"- command: `{command}`",
-        f"- git revision: {git_revision()}",
-        f"- record store: `{store}`",
+        f"- git revision: {revision}",
+        "- record store: as given to the command (a path on the machine that made these, "
+        "not recorded)",
         f"- runs trained by this report: {trained_now}",
     ]
     lines += [f"- {k}: {v}" for k, v in records_summary(grids).items()]

@@ -3,8 +3,11 @@
 Every table is built from stored run records and :class:`~faultbench.scoring.evaluate.Report`
 objects, formatted to fixed-precision strings *before* it is written, so the CSV
 and the Markdown show the same text and two reports from the same stored runs
-are byte-identical. Seconds measured at report time never enter these tables:
-they go to :func:`timing_table`, which is kept apart.
+are byte-identical. Wall-clock measurements never enter these tables: the
+seconds of a report go to :func:`~faultbench.reporting.provenance.timing_table`
+and the data-wait share each run measured while it trained to
+:func:`~faultbench.reporting.provenance.wait_table`, which are kept apart, so
+the tables here come out the same on any machine.
 """
 
 from __future__ import annotations
@@ -70,20 +73,30 @@ def load_grid(task: str, seeds: int, store: Store, engine: Engine | None = None)
 
 def _signals(record: RunRecord | None) -> dict[str, float]:
     if record is None or record.trace is None:
-        return dict.fromkeys(("val_acc", "first_loss", "final_loss", "wait_share"), math.nan)
+        return dict.fromkeys(("val_acc", "first_loss", "final_loss"), math.nan)
     trace = record.trace
     return {
         "val_acc": float(trace.val_acc[-1]) if len(trace.val_acc) else math.nan,
         "first_loss": float(trace.loss[0]) if trace.steps else math.nan,
         "final_loss": float(np.mean(trace.loss[-FINAL_WINDOW:])) if trace.steps else math.nan,
-        "wait_share": trace.wait_share,
+    }
+
+
+def spread(values: pd.Series, name: str) -> dict[str, str]:
+    """``<name>_mean``, ``<name>_sd`` (sample) and ``<name>_last`` of one signal over seeds."""
+    return {
+        f"{name}_mean": fmt(values.mean()),
+        f"{name}_sd": fmt(values.std(ddof=1) if len(values) > 1 else math.nan),
+        f"{name}_last": fmt(values.iloc[-1]),
     }
 
 
 def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
-    """One row per task × condition: final accuracy, first vs ln C, final loss, data wait.
+    """One row per task × condition: final accuracy, first loss vs ln C, final loss.
 
-    Each signal is given as mean and sample sd over seeds, and the last seed's value.
+    Each signal is given as mean and sample sd over seeds, and the last seed's
+    value. Nothing here is a wall-clock measurement (the data wait is in
+    :func:`~faultbench.reporting.provenance.wait_table`).
     """
     rows = []
     for task, grid in grids.items():
@@ -100,10 +113,7 @@ def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
                 "ln_classes": fmt(math.log(get_task(task).n_classes)),
             }
             for signal in per_seed.columns:
-                values = per_seed[signal]
-                row[f"{signal}_mean"] = fmt(values.mean())
-                row[f"{signal}_sd"] = fmt(values.std(ddof=1) if len(values) > 1 else math.nan)
-                row[f"{signal}_last"] = fmt(values.iloc[-1])
+                row.update(spread(per_seed[signal], signal))
             rows.append(row)
     order = [
         "task",
@@ -119,9 +129,6 @@ def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
         "final_loss_mean",
         "final_loss_sd",
         "final_loss_last",
-        "wait_share_mean",
-        "wait_share_sd",
-        "wait_share_last",
         "failed_runs",
         "not_applicable",
     ]
@@ -254,8 +261,6 @@ def faults_view(faults: pd.DataFrame, task: str) -> pd.DataFrame:
             "first (last seed)": rows["first_loss_last"],
             "final loss": [_pm(r, "final_loss") for _, r in rows.iterrows()],
             "final (last seed)": rows["final_loss_last"],
-            "wait share": [_pm(r, "wait_share") for _, r in rows.iterrows()],
-            "wait (last seed)": rows["wait_share_last"],
             "not applicable": rows["not_applicable"],
         }
     )
@@ -269,8 +274,8 @@ def faults_markdown(faults: pd.DataFrame) -> str:
         f"Mean ± sample sd over seeds, then the last seed's value. *val acc*: "
         f"validation accuracy at the last evaluation. *first loss* beside *ln C*: a model "
         f"that knows nothing starts near ln C. *final loss*: mean training loss of the last "
-        f"{FINAL_WINDOW} steps. *wait share*: share of step time spent waiting for data "
-        f"(measured when the run trained, read from its stored record).",
+        f"{FINAL_WINDOW} steps. The share of step time spent waiting for data is a "
+        f"wall-clock measurement, so it is in `timings.md` and `waits.csv`, not here.",
     ]
     for task in dict.fromkeys(faults["task"]):
         seeds = faults.loc[faults["task"] == task, "seeds"].iloc[0]

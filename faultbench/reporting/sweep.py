@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from faultbench.core.errors import FaultbenchError
+from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import FAULTS, condition
 from faultbench.scoring.diagnosis import Diagnoser, get_diagnoser
 from faultbench.scoring.evaluate import evaluate
@@ -49,6 +50,8 @@ def sweep(
     seeds: int = 3,
     store: Store | str | None = None,
     engine: Engine | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool | None = None,
 ) -> Sweep:
     """Evaluate ``diagnoser`` on ``fault`` at each severity (default: its range's grid).
 
@@ -66,7 +69,14 @@ def sweep(
     conditions = [condition((fault, v)) for v in values]  # validates every severity
     diag, the_task = get_diagnoser(diagnoser), get_task(task)
     report = evaluate(
-        diag, the_task, seeds=seeds, conditions=conditions, store=store, engine=engine
+        diag,
+        the_task,
+        seeds=seeds,
+        conditions=conditions,
+        store=store,
+        engine=engine,
+        timeout=timeout,
+        isolate=isolate,
     )
     rows = []
     for value in values:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 from sklearn.metrics import confusion_matrix
@@ -13,19 +14,26 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import (
     HEALTHY,
+    OTHER_FAULT,
     Condition,
-    base_setup,
-    canonical_conditions,
+    answer_for,
     condition_names,
+    label_of,
 )
+from faultbench.faults.grid import GridPoint, grid_points
+from faultbench.scoring import scores, summary
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser
-from faultbench.scoring.harness import diagnose_safely
+from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.scoring.manifest import manifestation
-from faultbench.scoring.run import Probe, Run
+from faultbench.scoring.summary import coverage
+from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunRecord, RunSpec
+from faultbench.storage.runner import progress_bar
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task, get_task
 from faultbench.training.engine import Engine
+
+__all__ = ["MIN_HEALTHY_REFERENCE", "Report", "RunResult", "coverage", "evaluate", "run_for"]
 
 MIN_HEALTHY_REFERENCE = 3  # healthy seeds trained for a grid that has none of its own
 
@@ -36,8 +44,8 @@ class RunResult:
 
     seed: int  # the run's seed
     condition: str  # the injected condition (ground truth)
-    predicted: str  # the diagnoser's label; "unknown" on error or timeout
-    status: str  # "ok", "error", "timeout", or "run-failed" when training failed
+    predicted: str  # the diagnoser's label; "unknown" unless status is "ok"
+    status: str  # "ok", "error", "timeout", "crashed", or "run-failed" when training failed
     confidence: float | None = None  # the diagnoser's confidence
     evidence: dict[str, Any] = field(default_factory=dict)  # why it answered so
     message: str = ""  # the error, if any
@@ -49,11 +57,18 @@ class RunResult:
     also: tuple[str, ...] = ()  # further labels the diagnoser named (multi-fault runs)
     manifested: bool | None = None  # the fault visibly changed the trace (None: untested)
     deviations: tuple[str, ...] = ()  # the trace signals outside the healthy runs' spread
+    variant: str = ""  # the fault's mechanism, ``fault.variant`` ('' for healthy)
+    level: str = ""  # mild, moderate, severe, canonical or fixed ('' for healthy)
+
+    @property
+    def truth(self) -> str:
+        """The right answer: the condition's fault label, ``other_fault`` for a held-out one."""
+        return answer_for(self.condition)
 
     @property
     def correct(self) -> bool:
-        """Whether the answer names the injected condition."""
-        return self.status == "ok" and self.predicted == self.condition
+        """Whether the answer names the injected condition (see :attr:`truth`)."""
+        return self.status == "ok" and self.predicted == self.truth
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,45 @@ class Report:
     trained: int = 0  # runs trained by this evaluation (the rest were stored)
     notes: tuple[str, ...] = ()  # stale or broken records met on the way
     not_applicable: tuple[tuple[str, str], ...] = ()  # faults the task declares moot, and why
+    grid: str = "custom"  # the grid scored: full, classic, or custom (conditions given)
+
+    def scored_frame(self) -> pd.DataFrame:
+        """One row per diagnosis in the columns of :data:`faultbench.scoring.scores.COLUMNS`."""
+        from faultbench.scoring.scores import HELDOUT, KNOWN
+
+        rows = []
+        for r in self.results:
+            label = label_of(r.condition)
+            kind = HEALTHY if label == HEALTHY else HELDOUT if r.truth == OTHER_FAULT else KNOWN
+            rows.append(
+                {
+                    "diagnoser": self.diagnoser,
+                    "task": self.task,
+                    "tuned": self.tuned,
+                    "seed": r.seed,
+                    "truth": label,
+                    "kind": kind,
+                    "variant": r.variant,
+                    "level": r.level,
+                    "grid": self.grid,
+                    "predicted": r.predicted,
+                    "status": r.status,
+                    "probe_steps": r.probe_steps,
+                    "diagnose_seconds": r.diagnose_seconds,
+                }
+            )
+        return pd.DataFrame(rows, columns=list(scores.COLUMNS))
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """Identification (overall, per level, per variant), detection, false alarms and probe
+        steps, each share with its 95% Wilson interval (:func:`faultbench.scoring.scores.summary`).
+
+        Seconds are left out: a wall-clock measurement, the same runs give other seconds.
+        """
+        found = scores.summary(self.scored_frame())
+        found["cost"] = {"probe_steps": found["cost"]["probe_steps"]}
+        return scores.to_jsonable(found)
 
     @property
     def labels(self) -> list[str]:
@@ -93,12 +147,23 @@ class Report:
 
     @property
     def failures(self) -> dict[str, int]:
-        """How many answers were errors, timeouts, or runs that failed to train."""
+        """How many answers were errors, timeouts, crashes, or runs that failed to train."""
         out: dict[str, int] = {}
         for r in self.results:
             if r.status != "ok":
                 out[r.status] = out.get(r.status, 0) + 1
         return out
+
+    @property
+    def failure_messages(self) -> list[tuple[str, str, int]]:
+        """(status, first line of the message, runs) of each distinct failure, commonest first."""
+        counts: dict[tuple[str, str], int] = {}
+        for r in self.results:
+            if r.status != "ok":
+                key = (r.status, (r.message.strip().splitlines() or ["(no message)"])[0])
+                counts[key] = counts.get(key, 0) + 1
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        return [(status, line, n) for (status, line), n in ranked]
 
     @property
     def seeds(self) -> list[int]:
@@ -111,14 +176,15 @@ class Report:
         rows = self.labels
         columns = [*condition_names(), UNKNOWN]
         columns += sorted({r.predicted for r in results} - set(columns))
+        labels = list(dict.fromkeys([*columns, *rows]))  # truths such as "a+b" are no answer
         matrix = (
             confusion_matrix(
-                [r.condition for r in results], [r.predicted for r in results], labels=columns
+                [r.condition for r in results], [r.predicted for r in results], labels=labels
             )
             if results
-            else [[0] * len(columns) for _ in columns]
+            else [[0] * len(labels) for _ in labels]
         )
-        frame = pd.DataFrame(matrix, index=columns, columns=columns).loc[rows]
+        frame = pd.DataFrame(matrix, index=labels, columns=labels).loc[rows, columns]
         frame.index.name, frame.columns.name = "true", "predicted"
         return frame
 
@@ -183,6 +249,8 @@ class Report:
             "correct": self.correct,
             "total": self.total,
             "accuracy": self.accuracy,
+            "grid": self.grid,
+            "scores": self.scores,
             "confusion": {
                 t: {p: int(confusion.loc[t, p]) for p in confusion.columns} for t in confusion.index
             },
@@ -201,9 +269,12 @@ class Report:
                 {
                     "seed": r.seed,
                     "condition": r.condition,
+                    "variant": r.variant,
+                    "level": r.level,
                     "predicted": r.predicted,
                     "also": list(r.also),
                     "status": r.status,
+                    "message": r.message,
                     "manifested": r.manifested,
                     "deviations": list(r.deviations),
                     "probe_steps": r.probe_steps,
@@ -213,17 +284,17 @@ class Report:
             "notes": list(self.notes),
         }
 
+    def __repr__(self) -> str:
+        split = "tuned-on" if self.tuned else "held-out"
+        failed = sum(self.failures.values())
+        return (
+            f"<Report {self.diagnoser} on {self.task} ({split}): {self.correct}/{self.total} "
+            f"correct, {failed} failed answers>"
+        )
 
-def coverage(results: Sequence[RunResult]) -> dict[str, float | None]:
-    """Share of runs answered (not ``unknown``), and accuracy on those."""
-    answered = [r for r in results if r.status == "ok" and r.predicted != UNKNOWN]
-    return {
-        "coverage": len(answered) / max(1, len(results)),
-        "selective_accuracy": (
-            sum(r.correct for r in answered) / len(answered) if answered else None
-        ),
-        "abstained": float(len(results) - len(answered)),
-    }
+    def __str__(self) -> str:
+        """The short summary ``faultbench run`` prints: matrix with a legend, then the scores."""
+        return summary.render(self)
 
 
 def evaluate(
@@ -232,68 +303,91 @@ def evaluate(
     *,
     seeds: int = 5,
     conditions: Sequence[Condition] | None = None,
+    grid: str = "full",
+    faults: Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    levels: Sequence[str] | None = None,
     store: Store | str | None = None,
     engine: Engine | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool | None = None,
+    progress: bool | None = None,
 ) -> Report:
     """Score ``diagnoser`` on every condition of ``task`` over ``seeds`` seeds.
 
     Stored runs are reused; missing ones are trained on ``engine`` (in this
-    process when omitted) and stored.
+    process when omitted) and stored. Every argument, the store and the
+    diagnoser are checked before the first run trains.
 
     Args:
         diagnoser: A registered name, ``module:Class``, or a diagnoser object.
         task: A registered task name or a :class:`Task`.
         seeds: Number of seeds, 0 to ``seeds - 1``.
-        conditions: The conditions to run; the ten canonical ones by default.
+        conditions: The conditions to run (a "custom" grid); when given, ``grid``
+            and the selection below are ignored.
+        grid: "full" (every variant at its calibrated levels and the held-out
+            faults) or "classic" (the nine at their canonical severities); see
+            :mod:`faultbench.faults.grid`.
+        faults: Keep only these faults of the grid (healthy always stays).
+        variants: Keep only these variants (``fault.variant`` or the bare name).
+        levels: Keep only these severity levels (mild, moderate, severe, ...).
         store: Where records live; :func:`faultbench.storage.store.default_root` by default.
         engine: Where training runs; see :func:`faultbench.training.engine.make_engine`.
-        timeout: Seconds one diagnosis may take before it counts as a timeout.
+        timeout: Seconds one diagnosis may take before it counts as a timeout (positive).
+        isolate: Diagnose in a worker process that is killed at the timeout
+            (see :mod:`faultbench.scoring.worker`). None: yes, unless the
+            diagnoser ships with faultbench or its class lives in ``__main__``.
+        progress: Progress lines on stderr; False hides them.
 
     Returns:
         The report.
 
     Raises:
-        FaultbenchError: unknown names, or ``seeds`` below 1.
+        FaultbenchError: unknown names, ``seeds`` below 1, a timeout that is
+            not a positive number, a store that cannot be one, or a diagnoser
+            that does not load in a worker process.
     """
     from faultbench.storage.runner import ensure_records
 
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise FaultbenchError(f"seeds must be an integer of at least 1; got {seeds!r}")
+    timeout = check_timeout(timeout)
     diag = get_diagnoser(diagnoser)
     the_task = get_task(task)
+    if conditions:
+        points = [GridPoint(c, c.name if c.faults else "", "", "custom") for c in conditions]
+    else:
+        points = grid_points(the_task, grid, faults=faults, variants=variants, levels=levels)
     the_store = store if isinstance(store, Store) else Store(store)
+    the_store.check()
     specs = [
-        RunSpec(the_task.name, the_task.fingerprint, cond, seed)
-        for cond in (conditions or canonical_conditions(task=the_task))
+        RunSpec(the_task.name, the_task.fingerprint, point.condition, seed)
+        for point in points
         for seed in range(seeds)
     ]
-    prepare = getattr(diag, "prepare", None)
-    if callable(prepare):  # e.g. fit a learned model: not part of any one diagnosis's time
-        prepare(store=the_store, engine=engine)
-    results, trained = [], 0
-    records: dict[tuple[str, int], RunRecord] = {}
-    for spec, record, fresh in ensure_records(specs, the_task, store=the_store, engine=engine):
-        trained += fresh
-        records[(spec.condition.name, spec.seed)] = record
-        results.append(_score_one(diag, the_task, spec, record, timeout))
-    # The manifestation check compares each faulty run with healthy runs of the
-    # same task: the grid's own, or, for a grid without any (a sweep, pairs),
-    # healthy seeds trained for the purpose.
-    has_healthy = any(spec.condition.name == HEALTHY for spec in specs)
-    reference = range(seeds if has_healthy else max(seeds, MIN_HEALTHY_REFERENCE))
-    healthy_specs = [
-        RunSpec(the_task.name, the_task.fingerprint, Condition(), s)
-        for s in reference
-        if (HEALTHY, s) not in records
-    ]
-    for spec, record, fresh in ensure_records(
-        healthy_specs, the_task, store=the_store, engine=engine
-    ):
-        trained += fresh
-        records[(HEALTHY, spec.seed)] = record
-    healthy = [records[(HEALTHY, s)] for s in reference]
-    results = _with_manifestation(results, records, healthy)
+    where = {point.condition: point for point in points}
+    in_worker, note = wants_worker(diag, isolate)
+    with _diagnoser_for(diag, the_task, timeout, in_worker) as diagnose:
+        prepare = getattr(diag, "prepare", None)
+        if callable(prepare):  # e.g. fit a learned model: not part of any one diagnosis's time
+            prepare(store=the_store, engine=engine)
+        diagnose.start()  # a worker process loads the prepared diagnoser before any training
+        scored, trained = [], 0
+        for spec, record, fresh in ensure_records(
+            specs, the_task, store=the_store, engine=engine, progress=progress
+        ):
+            trained += fresh
+            scored.append((spec, record))
+        desc = f"diagnosing {the_task.name} ({diag.name})"
+        with progress_bar(len(scored), desc, unit="run", show=progress) as bar:
+            results = []
+            for spec, record in scored:
+                point = where[spec.condition]
+                one = _score_one(diagnose, spec, record)
+                results.append(replace(one, variant=point.variant, level=point.level))
+                bar.update()
+    healthy, more = _healthy_reference(specs, scored, seeds, the_task, the_store, engine)
+    results = _with_manifestation(results, [record for _, record in scored], healthy)
     order = {name: i for i, name in enumerate(condition_names())}
     results.sort(key=lambda r: (order.get(r.condition, len(order)), r.condition, r.seed))
     return Report(
@@ -302,22 +396,84 @@ def evaluate(
         tuned=the_task.name in diag.tuned_on,
         tuned_on=tuple(sorted(diag.tuned_on)),
         results=tuple(results),
-        trained=trained,
-        notes=tuple(the_store.notes),
+        trained=trained + more,
+        notes=tuple([*the_store.notes, *([note] if note else [])]),
         not_applicable=tuple(sorted(the_task.inapplicable.items())),
+        grid=points[0].grid if points else "custom",
     )
 
 
-def run_for(record: RunRecord, task: Task) -> Run:
-    """The run a diagnoser is handed for ``record``: trace, config, probe, no truth."""
-    assert record.trace is not None and record.config is not None
-    setup = record.spec.condition.apply(base_setup(task, record.spec.seed))
-    return Run(task.name, record.spec.seed, record.trace, record.config, Probe.from_setup(setup))
+class Diagnose(Protocol):
+    """Turns a stored record into its outcome: in a worker process, or here."""
+
+    def start(self) -> None:
+        """Get ready (a worker loads the diagnoser); raise FaultbenchError if it cannot."""
+
+    def diagnose(self, record: RunRecord) -> Outcome:
+        """The outcome of diagnosing ``record``'s run."""
+        ...
 
 
-def _score_one(
-    diag: Diagnoser, task: Task, spec: RunSpec, record: RunRecord, timeout: float
-) -> RunResult:
+@contextlib.contextmanager
+def _diagnoser_for(
+    diag: Diagnoser, task: Task, timeout: float, in_worker: bool
+) -> Iterator[Diagnose]:
+    if not in_worker:
+        yield _InProcess(diag, task, timeout)
+        return
+    with DiagnosisWorker(diag, task, timeout=timeout) as worker:  # refuses an unpicklable one
+        yield worker
+
+
+@dataclass(frozen=True)
+class _InProcess:
+    """Diagnoses in this process (the shipped diagnosers, or ``isolate=False``)."""
+
+    diag: Diagnoser  # the diagnoser
+    task: Task  # the task the records belong to
+    timeout: float  # seconds per diagnosis
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def diagnose(self, record: RunRecord) -> Outcome:
+        """Rebuild the run and diagnose it safely, here."""
+        try:
+            run = run_for(record, self.task)
+        except Exception as exc:  # a broken setup must not stop the other runs
+            return Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
+        return diagnose_safely(self.diag, run, timeout=self.timeout)
+
+
+def _healthy_reference(
+    specs: Sequence[RunSpec],
+    scored: Sequence[tuple[RunSpec, RunRecord]],
+    seeds: int,
+    task: Task,
+    store: Store,
+    engine: Engine | None,
+) -> tuple[list[RunRecord], int]:
+    """The healthy runs each faulty run is compared with, and how many were trained for it.
+
+    The grid's own, or, for a grid without any (a sweep, pairs), healthy
+    seeds trained for the purpose.
+    """
+    from faultbench.storage.runner import ensure_records
+
+    has_healthy = any(spec.condition.name == HEALTHY for spec in specs)
+    reference = range(seeds if has_healthy else max(seeds, MIN_HEALTHY_REFERENCE))
+    found = {spec.seed: rec for spec, rec in scored if spec.condition.name == HEALTHY}
+    extra = [
+        RunSpec(task.name, task.fingerprint, Condition(), s) for s in reference if s not in found
+    ]
+    trained = 0
+    for spec, record, fresh in ensure_records(extra, task, store=store, engine=engine):
+        trained += fresh
+        found[spec.seed] = record
+    return [found[s] for s in reference], trained
+
+
+def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResult:
     truth = spec.condition
     severity = truth.faults[0][1] if truth.faults else None
     result = RunResult(
@@ -331,11 +487,7 @@ def _score_one(
     )
     if not record.ok:
         return result
-    try:
-        run = run_for(record, task)
-    except Exception as exc:  # a broken setup must not stop the other runs
-        return replace(result, status="error", message=f"building the run failed: {exc!r}")
-    outcome = diagnose_safely(diag, run, timeout=timeout)
+    outcome = diagnose.diagnose(record)
     return replace(
         result,
         predicted=outcome.label,
@@ -351,13 +503,13 @@ def _score_one(
 
 
 def _with_manifestation(
-    results: list[RunResult], records: dict[tuple[str, int], RunRecord], healthy: list[RunRecord]
+    results: list[RunResult], records: list[RunRecord], healthy: list[RunRecord]
 ) -> list[RunResult]:
+    """Each result beside the record it scored (same order): did its fault show?"""
     reference = [(r.trace, r.config) for r in healthy if r.ok and r.trace and r.config]
     out = []
-    for result in results:
-        record = records.get((result.condition, result.seed))
-        if result.condition == HEALTHY or record is None or not record.ok:
+    for result, record in zip(results, records, strict=True):
+        if result.condition == HEALTHY or not record.ok:
             out.append(result)
             continue
         assert record.trace is not None and record.config is not None

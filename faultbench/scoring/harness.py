@@ -4,11 +4,17 @@ A diagnoser that raises (even ``SystemExit``), answers something that is not
 a ``Diagnosis``, names a label nobody knows, or runs past its time limit gets
 an ``error`` or ``timeout`` outcome with the reason; the benchmark goes on.
 Whatever it prints goes to stderr, so ``faultbench run --json`` stays parseable.
+
+This module works inside one process: an alarm stops Python code at the limit,
+but not a call that stays in C, nor one that kills the process.
+:mod:`faultbench.scoring.worker` runs the same call in a worker process that
+can be killed, for diagnosers that do not come with faultbench.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import sys
 import threading
@@ -17,10 +23,18 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
-from faultbench.faults.fault import condition_names
+from faultbench.faults.fault import base_setup, labels
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, Diagnosis
-from faultbench.scoring.run import Run
+from faultbench.scoring.run import Probe, Run
+from faultbench.storage.records import RunRecord
+from faultbench.tasks.task import Task
+from faultbench.training.loop import THREADS  # the runs' thread count
+
+#: What a diagnosis can end as: answered, raised or answered nonsense, ran past
+#: its limit, or took its worker process down (segfault, ``os._exit``).
+STATUSES = ("ok", "error", "timeout", "crashed")
 
 _REPEAT = 0.5  # after the limit, the alarm repeats this often until the diagnoser yields
 
@@ -37,30 +51,58 @@ class DiagnosisTimeout(BaseException):
 class Outcome:
     """What came of asking a diagnoser about one run."""
 
-    status: str  # "ok", "error" or "timeout"
+    status: str  # one of STATUSES
     label: str  # the answer; "unknown" unless status is "ok"
     confidence: float | None = None  # the diagnoser's, if given
     evidence: dict[str, Any] = field(default_factory=dict)  # the diagnoser's numbers
-    message: str = ""  # what went wrong, for error and timeout
+    message: str = ""  # what went wrong, unless status is "ok"
     probe_steps: int = 0  # probe training steps the diagnosis used
     seconds: float = 0.0  # wall time of the diagnosis
     also: tuple[str, ...] = ()  # further labels, for runs with several faults
 
 
+def check_timeout(timeout: object) -> float:
+    """``timeout`` as float seconds, or one clear error.
+
+    Raises:
+        FaultbenchError: not a number, or not positive and finite (0 and
+            infinity used to mean "no limit", which let a hang stall the benchmark).
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise FaultbenchError(
+            f"timeout must be a positive number of seconds; got {type(timeout).__name__}"
+        )
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise FaultbenchError(f"timeout must be a positive number of seconds; got {timeout:g}")
+    return float(timeout)
+
+
+def run_for(record: RunRecord, task: Task) -> Run:
+    """The run a diagnoser is handed for ``record``: trace, config, probe, no truth."""
+    assert record.trace is not None and record.config is not None
+    setup = record.spec.condition.apply(base_setup(task, record.spec.seed))
+    return Run(task.name, record.spec.seed, record.trace, record.config, Probe.from_setup(setup))
+
+
 def diagnose_safely(diagnoser: Diagnoser, run: Run, *, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
-    """Ask ``diagnoser`` about ``run``, turning every failure into an Outcome.
+    """Ask ``diagnoser`` about ``run`` in this process, turning every failure into an Outcome.
 
     Args:
         diagnoser: Anything with a ``diagnose(run)`` method.
         run: The run to diagnose.
-        timeout: Seconds the diagnosis may take; 0 or less means no limit. In
-            the main thread a SIGALRM interrupts Python code (a long C call
-            ends first); elsewhere the diagnosis runs in a helper thread that
-            is abandoned when the limit passes.
+        timeout: Seconds the diagnosis may take (positive). In the main thread
+            a SIGALRM interrupts Python code (a long C call ends first);
+            elsewhere the diagnosis runs in a helper thread that is abandoned
+            when the limit passes. Only a worker process
+            (:class:`faultbench.scoring.worker.DiagnosisWorker`) stops both.
 
     Returns:
         The outcome; never raises except for ``KeyboardInterrupt``.
+
+    Raises:
+        FaultbenchError: ``timeout`` is not a positive number.
     """
+    timeout = check_timeout(timeout)
     start = time.perf_counter()
     status, message, answer = "ok", "", None
     try:
@@ -93,10 +135,10 @@ def _invalid(diagnoser: object, answer: object) -> str:
     name = type(diagnoser).__name__
     if not isinstance(answer, Diagnosis):
         return f"{name}.diagnose returned {type(answer).__name__}, expected Diagnosis"
-    if not isinstance(answer.label, str) or answer.label not in {*condition_names(), UNKNOWN}:
+    if not isinstance(answer.label, str) or answer.label not in {*labels(), UNKNOWN}:
         return f"{name}.diagnose returned unknown label {answer.label!r}"
     also = getattr(answer, "also", ())
-    if not isinstance(also, tuple) or any(a not in condition_names() for a in also):
+    if not isinstance(also, tuple) or any(a not in labels() for a in also):
         return f"{name}.diagnose returned also={also!r}, expected a tuple of condition names"
     if not isinstance(answer.evidence, Mapping):
         return f"{name}.diagnose returned evidence of type {type(answer.evidence).__name__}"
@@ -107,13 +149,28 @@ def _invalid(diagnoser: object, answer: object) -> str:
 
 
 def _call_limited(fn: Callable[[], Any], seconds: float) -> Any:
-    with contextlib.redirect_stdout(sys.stderr):
-        if seconds <= 0:
-            return fn()
+    with contextlib.redirect_stdout(sys.stderr), _reproducible():
         if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
             with _alarm(seconds):
                 return fn()
         return _in_thread(fn, seconds)
+
+
+@contextlib.contextmanager
+def _reproducible() -> Iterator[None]:
+    # A probe trains with the runs' one thread, so a diagnosis gives the same
+    # answer on any machine (a sum's last bits follow the thread count), and a
+    # tiny model is not slowed by thread hand-offs. (Deterministic algorithms
+    # matter on accelerators; on the CPU the thread count is what varies, and
+    # torch's first switch to them costs seconds a time limit would count.)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ effect" rather than as a diagnoser's miss. This is mutation testing's
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ from faultbench.training.trace import RunConfig, Trace
 
 ALPHA = 0.01  # family-wise rate of calling a run visible when it is not
 RELATIVE_FLOOR = 0.01  # healthy spread is never taken below 1% of the healthy mean
+EFFECT_CAP = 1000.0  # effects beyond 1000 healthy sds (or not finite) are all "off the scale"
+EFFECT_FLOOR = 0.01  # an effect's unit is never below 0.01: a point of a share, 1% of a ratio
 
 
 def _first_loss(t: Trace, c: RunConfig) -> float:
@@ -46,9 +49,11 @@ def _wait(t: Trace, c: RunConfig) -> float:
 
 def _grad_growth(t: Trace, c: RunConfig) -> float:
     g = np.concatenate([v[None] for v in t.grad_norm.values()]).sum(axis=0)
-    return math.log10(
-        max(float(np.nanmean(g[-50:])), 1e-12) / max(float(np.nanmean(g[:10])), 1e-12)
-    )
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a run that is NaN from the start
+        late, early = np.nanmean(g[-50:]), np.nanmean(g[:10])
+        # An infinite early gradient (a run that blew up, then stalled) gives -inf.
+        return float(np.log10(np.fmax(late, 1e-12) / np.fmax(early, 1e-12)))
 
 
 def _inactive(t: Trace, c: RunConfig) -> float:
@@ -104,12 +109,40 @@ def manifestation(
     n = len(healthy)
     if n < 2:
         return Manifestation(None, (), n)
-    base = np.array([list(signals(t, c).values()) for t, c in healthy], dtype=float)
-    mean, sd = np.nanmean(base, axis=0), np.nanstd(base, axis=0, ddof=1)
-    sd = np.maximum(np.nan_to_num(sd), RELATIVE_FLOOR * np.abs(mean) + 1e-9)
+    mean, sd = _healthy_spread(healthy)
     quantile = stats.t.ppf(1 - ALPHA / (2 * len(SIGNALS)), df=n - 1)
     half_width = quantile * sd * math.sqrt(1 + 1 / n)
     values = np.array(list(signals(trace, config).values()), dtype=float)
     outside = ~(np.abs(np.nan_to_num(values, nan=np.inf) - mean) <= half_width)
     names = tuple(name for name, out in zip(SIGNALS, outside) if out)
     return Manifestation(bool(names), names, n)
+
+
+def _healthy_spread(healthy: Sequence[tuple[Trace, RunConfig]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per signal: the healthy runs' mean and sd (never below 1% of the mean)."""
+    base = np.array([list(signals(t, c).values()) for t, c in healthy], dtype=float)
+    mean, sd = np.nanmean(base, axis=0), np.nanstd(base, axis=0, ddof=1)
+    return mean, np.maximum(np.nan_to_num(sd), RELATIVE_FLOOR * np.abs(mean) + 1e-9)
+
+
+def effect(trace: Trace, config: RunConfig, healthy: Sequence[tuple[Trace, RunConfig]]) -> float:
+    """How far a run moved its most-moved signal: the largest |value - mean| / sd.
+
+    In units of the healthy runs' spread, so the same number means the same
+    thing on every task; a signal that is not finite (a diverged run) counts
+    as :data:`EFFECT_CAP`, as does anything beyond it. The unit is never below
+    :data:`EFFECT_FLOOR`: a share that is exactly 0 in every healthy run (dead
+    units, weights without gradient) would otherwise make any change at all
+    infinitely far, and every severity of such a fault equally severe.
+
+    Raises:
+        ValueError: fewer than two healthy runs (no spread to measure against).
+    """
+    if len(healthy) < 2:
+        raise ValueError(f"an effect needs at least 2 healthy runs; got {len(healthy)}")
+    mean, sd = _healthy_spread(healthy)
+    sd = np.maximum(sd, EFFECT_FLOOR)
+    values = np.array(list(signals(trace, config).values()), dtype=float)
+    measured = np.isfinite(mean)  # a signal the healthy runs lack says nothing
+    z = np.where(np.isfinite(values), np.abs(values - mean) / sd, EFFECT_CAP)[measured]
+    return float(min(EFFECT_CAP, np.max(z, initial=0.0)))

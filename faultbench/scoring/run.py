@@ -2,8 +2,8 @@
 
 The injected condition is deliberately absent from everything here. A
 ``Run`` is built from a stored record by copying out the trace and the
-configuration only, and the probe is rebuilt from the setup's *results*
-(initialized model, training arrays), never from the fault's parameters.
+configuration only, and the probe is rebuilt from the recipe's *results*
+(initialized model, its loss, training arrays), never from the fault's parameters.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench.core.errors import FaultbenchError
-from faultbench.faults.fault import RunSetup
+from faultbench.faults.recipe import Recipe
 from faultbench.training.model import build_model
 from faultbench.training.trace import RunConfig, Trace
 
@@ -45,10 +45,14 @@ class Probe:
         self.steps_used = 0
 
     @classmethod
-    def from_setup(cls, setup: RunSetup) -> Probe:
-        """Build the probe of a run from its (possibly faulty) setup."""
+    def from_setup(cls, recipe: Recipe) -> Probe:
+        """Build the probe of a run from its (possibly faulty) recipe: its model as
+        initialized, its loss and its training data, whatever a fault did to them."""
         return cls(
-            build_model(setup), torch.from_numpy(setup.X_train), torch.from_numpy(setup.y_train)
+            build_model(recipe),
+            torch.from_numpy(recipe.X_train),
+            torch.from_numpy(recipe.y_train),
+            recipe.loss,
         )
 
     @classmethod

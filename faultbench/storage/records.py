@@ -15,13 +15,12 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from faultbench.faults.fault import Condition
 from faultbench.training.trace import RunConfig, Trace
 
-SCHEMA = 1  # bump when the record layout changes; older records are re-run
+SCHEMA = 2  # bump when the record layout changes; older records are re-run
 STATUSES = ("ok", "failed")  # what an attempt can end as
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -53,7 +52,7 @@ class RunSpec:
             "condition": [list(pair) for pair in self.condition.faults],
             "seed": self.seed,
             "code": code_version(),
-            "faults": self.condition.source_hash(),
+            "faults": self.condition.source_hash(),  # every involved fault's variants' code
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -75,14 +74,28 @@ class RunSpec:
 
 @cache
 def code_version() -> str:
-    """Hash of the code every run goes through (loop, models, monitor and its kernel, trace)."""
-    from faultbench.training import architectures, loop, model, monitor, trace
+    """Hash of the code every run goes through: the healthy recipe and its models, how
+    faults are applied, the loop, the monitor and its parts, the trace.
+
+    A fault's own code is keyed apart, per fault (:meth:`Condition.source_hash`).
+    """
+    from faultbench.faults import architectures, fault, recipe, source
+    from faultbench.training import (
+        activations,
+        hooks,
+        hostlog,
+        layers,
+        loop,
+        model,
+        monitor,
+        trace,
+        widths,
+    )
 
     digest = hashlib.sha256()
-    for module in (loop, model, architectures, monitor, trace):
+    modules = (recipe, architectures, fault, source, loop, model, monitor, layers, activations)
+    for module in (*modules, widths, hostlog, hooks, trace):
         digest.update(inspect.getsource(module).encode())
-    kernel = resources.files("faultbench").joinpath("_stepstats.c")  # the monitor's C half
-    digest.update(kernel.read_bytes() if kernel.is_file() else b"")
     return digest.hexdigest()[:12]
 
 

@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, TextIO
 
 import torch
 from tqdm import tqdm
@@ -15,7 +16,7 @@ from tqdm import tqdm
 from faultbench.faults.fault import base_setup
 from faultbench.storage import records
 from faultbench.storage.records import RunRecord, RunSpec
-from faultbench.storage.store import Store
+from faultbench.storage.store import KeyLock, Store
 from faultbench.tasks.task import TASKS, Task, get_task
 from faultbench.training.engine import Engine, SerialEngine
 from faultbench.training.loop import train
@@ -98,6 +99,13 @@ def ensure_records(
     run killed mid-grid keeps every finished run and the next call trains only
     the rest. A run whose training raised, or whose worker died more often than
     the engine retries, is stored and yielded as a ``failed`` record, never dropped.
+
+    Another process may be training the same runs into the same store: each
+    run is trained under its key's lock, and a run whose lock is taken is
+    waited for and read back instead of trained twice.
+
+    Raises:
+        FaultbenchError: a run is missing and the store cannot be written (before any training).
     """
     missing = []
     for spec in dict.fromkeys(specs):  # a spec listed twice is trained and scored once
@@ -108,14 +116,102 @@ def ensure_records(
             yield spec, record, False
     if not missing:
         return
+    store.require_writable()
     registered = task.name in TASKS and get_task(task.name) is task
-    jobs = [make_job(spec, None if registered else task) for spec in missing]
     engine = engine or SerialEngine()
-    show = sys.stderr.isatty() if progress is None else progress
-    with tqdm(total=len(jobs), desc=f"training {task.name}", unit="run", disable=not show) as bar:
+    with progress_bar(len(missing), f"training {task.name}", unit="run", show=progress) as bar:
+        while missing:
+            mine, theirs = [], []
+            for spec, record, lock in _claim(store, missing):
+                if record is not None:  # another process trained it meanwhile
+                    bar.update()
+                    yield spec, record, False
+                elif lock is None:
+                    theirs.append(spec)
+                else:
+                    mine.append((spec, lock))
+            for spec, record in _train(mine, None if registered else task, store, engine):
+                bar.update()
+                yield spec, record, True
+            if theirs:  # wait until another process lets go of one, then look again
+                waited = store.lock(theirs[0])
+                waited.acquire()
+                waited.release()
+            missing = theirs
+
+
+def _claim(
+    store: Store, specs: Sequence[RunSpec]
+) -> Iterator[tuple[RunSpec, RunRecord | None, KeyLock | None]]:
+    """Each spec with its record if someone stored it meanwhile, else its lock if free."""
+    for spec in specs:
+        lock = store.lock(spec)
+        if not lock.acquire(blocking=False):
+            yield spec, None, None
+            continue
+        record = store.load(spec, note=False)  # read again under the lock
+        if record is not None:
+            lock.release()
+        yield spec, record, None if record is not None else lock
+
+
+def _train(
+    claimed: Sequence[tuple[RunSpec, KeyLock]], task: Task | None, store: Store, engine: Engine
+) -> Iterator[tuple[RunSpec, RunRecord]]:
+    """Train the claimed runs; each lock is let go once its record is written."""
+    locks = {spec: lock for spec, lock in claimed}
+    jobs = [make_job(spec, task) for spec in locks]
+    try:
         for job, result in engine.map_unordered(train_record, jobs):
             if isinstance(result, BaseException):
                 result = _failed(job, f"{type(result).__name__}: {result}", 0.0)
             store.save(result)
-            bar.update()
-            yield job.spec, result, True
+            locks.pop(job.spec).release()
+            yield job.spec, result
+    finally:  # stopped early: the untrained runs are free for anyone again
+        for lock in locks.values():
+            lock.release()
+
+
+PROGRESS_EVERY = 5.0  # seconds between progress lines when stderr is not a terminal
+
+
+def progress_bar(total: int, desc: str, *, unit: str, show: bool | None = None) -> tqdm[Any]:
+    """A progress bar on stderr: live on a terminal, one line every few seconds elsewhere.
+
+    Args:
+        total: Steps to go.
+        desc: What is being done ("training digits").
+        unit: What one step is ("run").
+        show: False hides it; None (the default) and True show it.
+    """
+    stream = sys.stderr
+    tty = stream.isatty()
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        disable=show is False,
+        file=stream if tty else _Lines(stream),
+        mininterval=0.1 if tty else PROGRESS_EVERY,
+        ascii=not tty,
+    )
+
+
+class _Lines:
+    """A stream where each of tqdm's refreshes becomes a line of its own.
+
+    tqdm redraws in place with a carriage return, which a log file or a CI
+    console shows as one endless line (or nothing until the end).
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        for part in text.split("\r"):
+            if part.strip():
+                self.stream.write(part.rstrip() + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()

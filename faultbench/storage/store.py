@@ -8,10 +8,18 @@ Files are written to a temporary ``.part`` name and hard-linked into place,
 so a crash leaves either a whole record or none (a stray ``.part`` file is
 never read); an attempt file is never overwritten, and a failed attempt keeps
 its file next to the later one that succeeded.
+
+Several processes may share one store: whoever trains a run holds its key's
+lock file (``<key>/.lock``, an ``fcntl.flock``) while training and writing it,
+and anyone who waited for that lock reads the store again before training, so
+two processes never both train the same run. Reading needs no lock and no
+write access: a read-only store that holds every run it is asked for works.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import secrets
 import socket
@@ -20,6 +28,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from faultbench.core.errors import FaultbenchError
 from faultbench.storage.records import BrokenRecord, RunRecord, RunSpec, dumps, loads
 
 ENV_VAR = "FAULTBENCH_STORE"
@@ -42,6 +51,51 @@ class Store:
         self.root = Path(root) if root is not None else default_root()
         self.notes: list[str] = []  # problems met while reading, for the user to see
 
+    def check(self) -> None:
+        """Refuse a root that can never hold records: a file, or under one.
+
+        A missing root is fine here (it is created on the first write, and
+        :meth:`require_writable` checks that this works before any training).
+
+        Raises:
+            FaultbenchError: the root, or the nearest existing folder above it, is not a directory.
+        """
+        path = self.root
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        if not path.is_dir():
+            where = "is" if path == self.root else f"is under '{path}', which is"
+            raise FaultbenchError(
+                f"record store '{self.root}' {where} a file, not a directory; expected a "
+                "directory (or a path where one can be created), e.g. --store ./runs"
+            )
+
+    def require_writable(self) -> None:
+        """Make sure a record can be written: create the root and write a scratch file.
+
+        Called before the first run trains, so a store that cannot take its
+        records fails in one line instead of after the training.
+
+        Raises:
+            FaultbenchError: the root cannot be created or written.
+        """
+        self.check()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.root, prefix=".write-check-"):
+                pass
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise FaultbenchError(
+                f"record store '{self.root}' cannot take new records ({why}); expected a "
+                "directory this user can create and write, or --store DIR / $FAULTBENCH_STORE "
+                "pointing at one"
+            ) from None
+
+    def lock(self, spec: RunSpec) -> KeyLock:
+        """The lock of ``spec``'s key (not yet acquired)."""
+        return KeyLock(self.spec_dir(spec) / spec.key() / ".lock")
+
     def spec_dir(self, spec: RunSpec) -> Path:
         """The directory holding every code version's attempts at ``spec``."""
         return self.root / _safe(spec.task) / _safe(spec.slug) / f"seed-{spec.seed}"
@@ -50,13 +104,15 @@ class Store:
         """Attempt files for the current code version of ``spec``, oldest first."""
         return sorted((self.spec_dir(spec) / spec.key()).glob("*.json"))
 
-    def load(self, spec: RunSpec) -> RunRecord | None:
+    def load(self, spec: RunSpec, *, note: bool = True) -> RunRecord | None:
         """The newest valid successful attempt at ``spec``, or None.
 
         Unreadable, truncated, old-schema or misplaced files are skipped and
-        noted with their path; failed attempts are kept but not used; records
-        of other code versions are noted as stale. None means "train again".
+        noted with their path (unless ``note`` is False, for a second look at
+        the same spec); failed attempts are kept but not used; records of other
+        code versions are noted as stale. None means "train again".
         """
+        notes = len(self.notes)
         found: RunRecord | None = None
         broken = failed = 0
         for path in self.attempts(spec):
@@ -76,6 +132,8 @@ class Store:
                     f"{where}: {failed} earlier attempt(s) failed (kept); trained again"
                 )
             self._note_stale(spec)
+        if not note:
+            del self.notes[notes:]
         return found
 
     def _read(self, path: Path, spec: RunSpec | None = None) -> RunRecord | None:
@@ -130,6 +188,38 @@ class Store:
             if record is not None:
                 out.append(record)
         return out
+
+
+class KeyLock:
+    """An exclusive ``flock`` on one key's lock file, shared by every process on the store.
+
+    Args:
+        path: The lock file; it and its folder are created on first acquire.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, *, blocking: bool = True) -> bool:
+        """Take the lock; without ``blocking``, return False at once if another process holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return False
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        """Let the next process in (closing the file releases the flock)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def new_attempt_id() -> str:

@@ -17,20 +17,37 @@ from typing import Any
 
 import numpy as np
 
-from faultbench.core.errors import FaultbenchError
+from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
+
+#: Fewest examples of any class a task may have. At the default validation share
+#: (0.2) that leaves two examples of each class to validate on and eight to train
+#: on: with fewer, one example moves a class's validation accuracy by a half or
+#: more, too coarse to tell a model that learned from one at chance.
+MIN_EXAMPLES_PER_CLASS = 10
+OPTIMIZERS = ("adam", "sgd")  # what a task's healthy recipe can train with
 
 
 @dataclass(frozen=True)
 class TrainDefaults:
-    """How a healthy run of a task is trained."""
+    """How a healthy run of a task is trained.
+
+    Raises:
+        FaultbenchError: an optimizer other than "adam" or "sgd".
+    """
 
     hidden: int = 64  # width of the single ReLU hidden layer
-    lr: float = 1e-3  # Adam's learning rate, a working rate for these tasks
+    lr: float = 1e-3  # the optimizer's working learning rate for the task
     batch_size: int = 32  # examples per update
     steps: int = 600  # optimizer updates per run
     architecture: str = "mlp"  # model recipe: "mlp", "cnn" (images) or "gru" (token ids)
     image_side: int = 0  # side of the square images a "cnn" reads from each row
+    optimizer: str = "adam"  # "adam", or "sgd": SGD with momentum
+    momentum: float = 0.9  # SGD's momentum (Adam has none)
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise unknown_name("optimizer", self.optimizer, OPTIMIZERS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,8 +118,9 @@ class Task:
         Raises:
             FaultbenchError: X is not 2-D, has no feature or is not finite; a
                 label is missing (None or NaN); lengths differ; there is a single
-                class or fewer examples than classes; or a column's values span
-                too wide a range to normalize in float32.
+                class, or a class with fewer than :data:`MIN_EXAMPLES_PER_CLASS`
+                examples; or a column's values span too wide a range to
+                normalize in float32.
         """
         X_arr, labels = _validated(X, y)
         classes, y_idx = _encode_labels(labels)
@@ -161,17 +179,15 @@ def _validated(X: Any, y: Any) -> tuple[np.ndarray, list[Hashable]]:
         raise FaultbenchError(f"y labels must be hashable (numbers or strings); {exc}") from None
     if n_classes < 2:
         raise FaultbenchError(f"y has {n_classes} class; expected at least 2 classes")
-    if len(labels) < 2 * n_classes:
-        raise FaultbenchError(
-            f"{len(labels)} examples for {n_classes} classes; expected at least "
-            f"{2 * n_classes} (two per class: one to train on, one to validate)"
-        )
     counts = Counter(labels)
     rare = min(counts, key=lambda label: counts[label])
-    if counts[rare] < 2:
+    if counts[rare] < MIN_EXAMPLES_PER_CLASS:
+        few = sum(n < MIN_EXAMPLES_PER_CLASS for n in counts.values())
         raise FaultbenchError(
-            f"class {rare!r} has {counts[rare]} example; expected at least 2 per class "
-            "(one to train on, one to validate)"
+            f"class {rare!r} has {counts[rare]} example{'s' if counts[rare] != 1 else ''} "
+            f"({few} of {n_classes} classes have fewer than {MIN_EXAMPLES_PER_CLASS}; "
+            f"{len(labels)} examples in all); expected at least {MIN_EXAMPLES_PER_CLASS} per "
+            "class, enough to train on and to validate on"
         )
     return X_arr, labels
 
@@ -230,8 +246,9 @@ def _split(
     if not 0.0 < val_fraction < 1.0:
         raise FaultbenchError(f"val_fraction must be in (0, 1); got {val_fraction}")
     n_classes = int(y.max()) + 1
-    # Every class has two examples (checked), so a stratified split with room
-    # for each class on both sides always exists: no class is missing from training.
+    # Every class has MIN_EXAMPLES_PER_CLASS examples (checked), so a stratified
+    # split with room for each class on both sides always exists: no class is
+    # missing from training.
     n_val = min(max(n_classes, round(len(y) * val_fraction)), len(y) - n_classes)
     from sklearn.model_selection import train_test_split  # here: `import faultbench` stays light
 
@@ -279,13 +296,34 @@ def _task_builder(obj: object) -> Callable[[], Task]:
 
 
 def get_task(task: str | Task) -> Task:
-    """Return ``task`` itself, or build the registered task of that name (once)."""
+    """Return ``task`` itself, or build the registered task of that name (once).
+
+    Raises:
+        FaultbenchError: an unknown name, or a ``Task`` that carries the name of a
+            registered task but other data or defaults: reports call a task
+            tuned-on by its name, so it would be scored as the registered one.
+    """
     if isinstance(task, Task):
+        _refuse_borrowed_name(task)
         return task
     if not isinstance(task, str):
         raise FaultbenchError(f"task must be a name or a Task; got {type(task).__name__}")
     builder = TASKS.get(task)
     return _built(task, builder)
+
+
+def _refuse_borrowed_name(task: Task) -> None:
+    if task.name not in TASKS:
+        return
+    registered = get_task(task.name)
+    if registered is task or registered.fingerprint == task.fingerprint:
+        return  # the registered task itself, or the same arrays and defaults rebuilt
+    raise FaultbenchError(
+        f"task '{task.name}' has the name of a registered task but other data or defaults "
+        f"(fingerprint {task.fingerprint}, registered {registered.fingerprint}); a diagnoser "
+        f"tuned on '{task.name}' would be scored on it as tuned-on. Expected a name of its "
+        f"own, e.g. Task.from_arrays('my-{task.name}', X, y)"
+    )
 
 
 @cache

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from faultbench.faults.fault import base_setup, condition, condition_names
+from faultbench.faults.fault import base_setup, condition, labels
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser, is_diagnoser
 from faultbench.scoring.harness import Outcome, diagnose_safely
 from faultbench.scoring.run import Probe, Run
@@ -124,8 +124,9 @@ def check_returns_diagnosis(diagnoser: Diagnoser) -> None:
 
 
 def check_known_labels(diagnoser: Diagnoser) -> None:
-    """Every answer is a condition name or ``unknown``, on healthy and faulty runs."""
-    known = {*condition_names(), UNKNOWN}
+    """Every answer is a label (a condition name or ``other_fault``) or ``unknown``, on
+    healthy and faulty runs."""
+    known = {*labels(), UNKNOWN}
     for fault in ("healthy", "label_mismatch", "softmax_before_loss"):
         label = _ask(diagnoser, make_run(fault)).label
         if label not in known:
@@ -159,7 +160,7 @@ def check_deterministic(diagnoser: Diagnoser) -> None:
 def check_handles_diverged_run(diagnoser: Diagnoser) -> None:
     """A run whose losses and gradients turned NaN gets a known label, not an error."""
     outcome = _ask(diagnoser, make_run("healthy", diverged=True))
-    if outcome.label not in {*condition_names(), UNKNOWN}:
+    if outcome.label not in {*labels(), UNKNOWN}:
         raise CheckFailed(f"answered {outcome.label!r} on a diverged run")
 
 

@@ -1,9 +1,18 @@
 """Diagnose a monitored run and say whether a bigger machine would help.
 
 A bigger machine pays only when the job is already sound and already uses the
-machine it has. The upgrade checklist therefore asks four things, each with a
+machine it has. The upgrade checklist therefore asks five things, each with a
 measured value, a threshold and a verdict; a question that this machine (or the
 trace) cannot answer says so instead of guessing.
+
+The report never contradicts itself. The headline, the diagnoser's evidence and
+the checklist read the same values: a run whose validation accuracy falls or
+ends at or below chance, or whose model cannot memorize a small batch, is never
+called healthy, whatever the diagnoser answered; a memorization the diagnoser
+itself ran (``evidence["memorization"]["memorized"]``) is the checklist's line
+rather than a second, possibly different, probe; a run that recorded no
+accuracy at all is "undecided", with the checks that could not run named; and
+the upgrade verdict is one line that follows from the headline and the checks.
 """
 
 from __future__ import annotations
@@ -23,10 +32,16 @@ from faultbench.scoring.run import Probe, Run
 from faultbench.training.monitor import Monitor
 
 PASS, FAIL, UNMEASURED = "pass", "fail", "not measured"
+HEALTHY = "healthy"
+NOT_HEALTHY = "not healthy"  # the headline when a check refutes a "healthy" answer
+UNDECIDED = "undecided"  # the headline when the run recorded no accuracy at all
+#: The checks whose failure means the run itself is unsound (not the machine).
+SOUNDNESS = ("memorizes a small batch", "validation improves")
 MEMORIZE_EXAMPLES = 16  # a batch small enough that any working model can memorize it
 MEMORIZE_STEPS = 300  # probe steps allowed to reach 100% on that batch
 MAX_WAIT_SHARE = 0.5  # above this the loader, not the accelerator, sets the pace
 MIN_UTILIZATION = 80  # percent of time the GPU must be busy to call it busy
+CHANCE_SLACK = 1e-6  # float32 rounding of an accuracy: 80/400 is stored as 0.2000000030
 NO_PROBE_NOTE = "no probe given: only the passive checks (the trace) ran"
 
 
@@ -48,14 +63,34 @@ class DoctorReport:
     diagnoser: str  # the diagnoser's name
     checks: tuple[Check, ...]  # the upgrade checklist, in order
     passive_only: bool  # True when no probe was available
+    verdict: str = ""  # the headline: the diagnosis's label, NOT_HEALTHY or UNDECIDED
+    reason: str = ""  # why the headline differs from the diagnosis's label, if it does
+
+    @property
+    def headline(self) -> str:
+        """The report's verdict on the run (the first line says it)."""
+        return self.verdict or self.diagnosis.label
 
     @property
     def upgrade(self) -> str:
-        """``"yes"`` when every check passes, ``"no"`` when one fails, else ``"undecided"``."""
-        verdicts = {c.verdict for c in self.checks}
-        if FAIL in verdicts:
-            return "no"
-        return "yes" if verdicts == {PASS} else "undecided"
+        """``"yes"`` only for a healthy run whose every check passes; ``"no"`` when the run
+        is not healthy or a check fails; else ``"undecided"``."""
+        return self._upgrade()[0]
+
+    def _upgrade(self) -> tuple[str, str]:
+        if self.headline == UNDECIDED:
+            return UNDECIDED, "the run's health is undecided until it records an accuracy"
+        if self.headline == NOT_HEALTHY:
+            return "no", "the run is not healthy: fix it first, a bigger machine does not"
+        if self.headline != HEALTHY:
+            return "no", f"fix '{self.headline}' first: a bigger machine does not fix a bug"
+        failed = [c.name for c in self.checks if c.verdict == FAIL]
+        if failed:
+            return "no", "failed: " + ", ".join(failed)
+        unmeasured = [c.name for c in self.checks if c.verdict != PASS]
+        if unmeasured:
+            return UNDECIDED, "not measured: " + ", ".join(unmeasured)
+        return "yes", "every check passes"
 
     def table(self) -> pd.DataFrame:
         """The checklist as a table."""
@@ -64,16 +99,53 @@ class DoctorReport:
     def __str__(self) -> str:
         d = self.diagnosis
         conf = "" if d.confidence is None else f" (confidence {d.confidence:.2f})"
-        lines = [f"diagnosis: {d.label}{conf}  [diagnoser: {self.diagnoser}]"]
+        if self.headline == d.label:
+            lines = [f"diagnosis: {d.label}{conf}  [diagnoser: {self.diagnoser}]"]
+        else:
+            lines = [
+                f"diagnosis: {self.headline}: {self.reason}",
+                f"  (the diagnoser {self.diagnoser} answered {d.label}{conf})",
+            ]
         if self.passive_only:
             lines.append(f"note: {NO_PROBE_NOTE}")
         lines += [f"  {k}: {_short(v)}" for k, v in d.evidence.items()]
         lines += ["", "upgrade checklist (a bigger machine makes sense only if every line passes):"]
         lines.append(_left_aligned(self.table()))
-        lines.append(f"bigger machine: {self.upgrade}")
-        if d.label != "healthy":
-            lines.append(f"fix '{d.label}' first: a bigger machine does not fix a bug")
+        answer, why = self._upgrade()
+        lines.append(f"bigger machine: {answer} ({why})")
         return "\n".join(lines)
+
+
+def verdict_of(diagnosis: Diagnosis, checks: tuple[Check, ...], run: Run) -> tuple[str, str]:
+    """The headline and, where it overrules the diagnosis, why.
+
+    A soundness check that fails refutes a "healthy" answer (NOT_HEALTHY). A
+    run with no accuracy recorded at all cannot be told healthy or not by the
+    checks that need one, so it is NOT_HEALTHY if another soundness check
+    failed, else UNDECIDED, whatever was answered: the reason names the checks
+    that could not run instead of passing on a guess.
+    """
+    failed = [c for c in checks if c.name in SOUNDNESS and c.verdict == FAIL]
+    why = "; ".join(f"{c.name}: {c.measured}" for c in failed)
+    if not _has_accuracy(run):
+        skipped = [
+            c.name for c in checks if c.name in SOUNDNESS and c.verdict.startswith(UNMEASURED)
+        ]
+        blind = (
+            "no accuracy was recorded (neither monitor.log_eval(...) nor "
+            "monitor.step(loss, output=..., target=...)), so these checks could not run: "
+            + ", ".join(skipped)
+        )
+        return (NOT_HEALTHY, f"{why}; and {blind}") if failed else (UNDECIDED, blind)
+    if diagnosis.label == HEALTHY and failed:
+        return NOT_HEALTHY, why
+    return diagnosis.label, ""
+
+
+def _has_accuracy(run: Run) -> bool:
+    # Batch accuracies count: the three-line loop gives Monitor.step its output and target.
+    values = np.concatenate([run.trace.train_acc, run.trace.val_acc, run.trace.batch_acc])
+    return bool(np.isfinite(values).any())
 
 
 def run_of(
@@ -147,21 +219,36 @@ def doctor(
     diag = get_diagnoser(diagnoser)
     diagnosis = _diagnose(run, diag)
     checks = (
-        memorize_check(run),
+        memorize_check(run, diagnosis.evidence),
         validation_check(run),
         wait_check(run),
         accelerator_check(device),
         memory_check(oom_after_cheap_fixes),
     )
-    return DoctorReport(diagnosis, diag.name, checks, run.probe is None)
+    verdict, reason = verdict_of(diagnosis, checks, run)
+    return DoctorReport(diagnosis, diag.name, checks, run.probe is None, verdict, reason)
 
 
-def memorize_check(run: Run) -> Check:
-    """Can a fresh copy of the model reach 100% on a tiny batch through the probe?"""
-    name, threshold = (
-        "memorizes a small batch",
-        f"100% of {MEMORIZE_EXAMPLES} in {MEMORIZE_STEPS} steps",
-    )
+def memorize_check(run: Run, evidence: Mapping[str, Any] | None = None) -> Check:
+    """Can a fresh copy of the model reach 100% on a tiny batch through the probe?
+
+    When the diagnoser ran a memorization probe of its own and reports it as
+    ``evidence["memorization"]["memorized"]``, that result is the line: one
+    probe, one answer, so the evidence and the checklist cannot disagree.
+    """
+    name = "memorizes a small batch"
+    reported = (evidence or {}).get("memorization")
+    if isinstance(reported, Mapping) and isinstance(reported.get("memorized"), bool):
+        steps = reported.get("steps")
+        spent = f" in {steps} probe steps" if isinstance(steps, int) else ""
+        done = "memorized" if reported["memorized"] else "not memorized"
+        return Check(
+            name,
+            f"{done}{spent} (the diagnoser's probe)",
+            "the diagnoser's memorization probe succeeds",
+            PASS if reported["memorized"] else FAIL,
+        )
+    threshold = f"100% of {MEMORIZE_EXAMPLES} in {MEMORIZE_STEPS} steps"
     if run.probe is None:
         return Check(name, "no probe", threshold, UNMEASURED + ": no probe")
     X, y = run.probe.train_data(MEMORIZE_EXAMPLES)
@@ -182,19 +269,26 @@ def memorize_check(run: Run) -> Check:
 
 
 def validation_check(run: Run) -> Check:
-    """Did validation accuracy rise from the first evaluation to the last?"""
-    name, threshold = "validation improves", "last val acc > first"
-    val = run.trace.val_acc
-    if len(val) < 2:
+    """Did validation accuracy rise from the first evaluation to the last, and end above chance?
+
+    Chance is one class in C (``1 / n_classes``): a run that ends there, or
+    below, has learned nothing that carries over, however it trained.
+    """
+    name, threshold = "validation improves", "last val acc > first, and > chance"
+    val = run.trace.val_acc[np.isfinite(run.trace.val_acc)]
+    chance = 1.0 / max(1, run.config.n_classes)
+    if len(val) == 0:
+        return Check(name, "no evaluation logged", threshold, UNMEASURED + ": log_eval() twice")
+    last = float(val[-1])
+    if len(val) == 1:
+        if last <= chance + CHANCE_SLACK:
+            return Check(name, f"{last:.3f} (chance {chance:.3f})", threshold, FAIL)
         return Check(
-            name,
-            f"{len(val)} evaluation(s) logged",
-            threshold,
-            UNMEASURED + ": log_eval() at least twice",
+            name, f"one evaluation: {last:.3f}", threshold, UNMEASURED + ": log_eval() twice"
         )
-    first, last = float(val[0]), float(val[-1])
-    verdict = PASS if last > first else FAIL
-    return Check(name, f"{first:.3f} -> {last:.3f}", threshold, verdict)
+    first = float(val[0])
+    verdict = PASS if last > first and last > chance + CHANCE_SLACK else FAIL
+    return Check(name, f"{first:.3f} -> {last:.3f} (chance {chance:.3f})", threshold, verdict)
 
 
 def wait_check(run: Run) -> Check:

@@ -19,7 +19,6 @@ from typing import Any
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from faultbench.core.errors import FaultbenchError
@@ -148,20 +147,16 @@ class _State:
 
 
 def pilot_for_task(task: str | Task, cond: Condition | None = None, *, seed: int = 0) -> Pilot:
-    """The benchmark's own setup of ``task`` under ``cond`` as a pilot (Adam, cross-entropy).
-
-    Frozen layers are left out of the optimizer exactly as the benchmark loop does.
+    """The benchmark's own recipe of ``task`` under ``cond`` as a pilot: its model, loss
+    and optimizer, built by the recipe's parts exactly as the benchmark loop builds them.
     """
     task = get_task(task)
     setup = (cond or condition()).apply(base_setup(task, seed))
     model = build_model(setup)
-    trainable = [
-        p for n, p in model.named_parameters() if n.split(".")[0] not in setup.frozen_layers
-    ]
     return Pilot(
         model=model,
-        loss_fn=F.cross_entropy,
-        optimizer=torch.optim.Adam(trainable, lr=setup.lr),
+        loss_fn=setup.loss,
+        optimizer=setup.make_optimizer(setup.param_groups(model, setup), setup),
         X_train=torch.from_numpy(setup.X_train),
         y_train=torch.from_numpy(setup.y_train),
         X_val=torch.from_numpy(setup.X_val),

@@ -1,8 +1,14 @@
-"""The one training loop every condition runs through (nanoGPT-style: flat, flags)."""
+"""The one training loop every condition runs through: flat, and blind to faults.
+
+It calls the parts of a recipe (:mod:`faultbench.faults.recipe`) in the order
+a training script does; a fault changes a part, never this loop.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from faultbench.faults.fault import RunSetup
-from faultbench.training.model import BatchStream, build_model
-from faultbench.training.monitor import Monitor, pack_layers
+from faultbench.faults.recipe import Recipe
+from faultbench.training.model import build_model
+from faultbench.training.monitor import Monitor
 from faultbench.training.trace import RunConfig, Trace
 
 # Evaluations per run, evenly spaced (every 60 steps of the default 600, about
@@ -22,6 +28,7 @@ from faultbench.training.trace import RunConfig, Trace
 # overhead goal cannot spare.
 EVALUATIONS = 10
 TRAIN_EVAL_SAMPLE = 512  # training examples scored at each evaluation
+THREADS = 1  # torch threads a run trains with: a sum's order, so its last bits, depend on it
 
 
 @dataclass(frozen=True)
@@ -33,50 +40,58 @@ class TrainResult:
     seconds: float  # wall time of the loop, evaluations included
 
 
-def train(setup: RunSetup, *, record: bool = True, evaluate: bool | None = None) -> TrainResult:
+def train(recipe: Recipe, *, record: bool = True, evaluate: bool | None = None) -> TrainResult:
     """Train one run. ``record=False`` is the bare loop the benchmark compares against.
 
-    ``evaluate`` (default: as ``record``) runs the periodic evaluations even
-    without a monitor, which lets the benchmark price them apart.
+    The same recipe trains to the same numbers on any machine with the same
+    torch: one thread, deterministic algorithms, and every random draw
+    (initialization, batch order, dropout, a fault's own) seeded from
+    ``recipe.seed``. ``evaluate`` (default: as ``record``) runs the periodic
+    evaluations even without a monitor, which lets the benchmark price them apart.
     """
     evaluate = record if evaluate is None else evaluate
-    start = time.perf_counter()
-    model = build_model(setup)
-    pack_layers(model)  # same numbers; lets the monitor read a step's tensors in place
-    trainable = [
-        p for name, p in model.named_parameters() if name.split(".")[0] not in setup.frozen_layers
-    ]
-    optimizer = torch.optim.Adam(trainable, lr=setup.lr)
-    stream = BatchStream(
-        setup.X_train,
-        setup.y_train,
-        batch_size=setup.batch_size,
-        seed=setup.seed,
-        delay=setup.batch_delay,
-    )
-    monitor = Monitor(model, optimizer) if record else None
-    batches = monitor.batches(stream) if monitor else iter(stream)
-    eval_every = max(1, setup.steps // EVALUATIONS)
-    state = [*model.parameters(), *model.buffers()]  # what an evaluation depends on
-    snapshots: list[tuple[int, list[torch.Tensor]]] = []
-    for step in range(1, setup.steps + 1):
-        xb, yb = next(batches)
-        loss = F.cross_entropy(model(xb), yb)
-        if setup.zero_grad:
-            # The model's, so frozen layers' gradients are cleared too; in place,
-            # so the gradients stay where pack_layers put them.
-            model.zero_grad(set_to_none=False)
-        loss.backward()
-        optimizer.step()
-        if monitor is not None:
-            monitor.step(loss)
-        if evaluate and (step % eval_every == 0 or step == setup.steps):
-            snapshots.append((step, [t.detach().clone() for t in state]))
-    _evaluate_snapshots(model, state, snapshots, _Scorer(setup), monitor)
-    if monitor is None:
-        return TrainResult(None, None, time.perf_counter() - start)
-    monitor.close()
-    return TrainResult(monitor.trace(), monitor.config(), time.perf_counter() - start)
+    with _reproducible():
+        start = time.perf_counter()
+        model = build_model(recipe)  # seeds torch's generator: dropout draws from it too
+        optimizer = recipe.make_optimizer(recipe.param_groups(model, recipe), recipe)
+        monitor = Monitor(model, optimizer) if record else None
+        stream = recipe.loader(recipe)
+        batches = monitor.batches(stream) if monitor else stream
+        loss_fn, clear, clip, update = recipe.loss, recipe.clear, recipe.clip, recipe.update
+        eval_every = max(1, recipe.steps // EVALUATIONS)
+        state = [*model.parameters(), *model.buffers()]  # what an evaluation depends on
+        snapshots: list[tuple[int, list[torch.Tensor]]] = []
+        for step in range(1, recipe.steps + 1):
+            xb, yb = next(batches)
+            loss = loss_fn(model(xb), yb)
+            clear(model, optimizer, step)
+            loss.backward()
+            clip(model, optimizer, step)
+            update(model, optimizer, step)
+            if monitor is not None:
+                monitor.step(loss)
+            if evaluate and (step % eval_every == 0 or step == recipe.steps):
+                snapshots.append((step, [t.detach().clone() for t in state]))
+        _evaluate_snapshots(model, state, snapshots, _Scorer(recipe), monitor)
+        if monitor is None:
+            return TrainResult(None, None, time.perf_counter() - start)
+        monitor.close()
+        return TrainResult(monitor.trace(), monitor.config(), time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def _reproducible() -> Iterator[None]:
+    """One thread and deterministic algorithms while a run trains; the caller's after."""
+    threads = torch.get_num_threads()
+    strict = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(strict, warn_only=warn_only)
+        torch.set_num_threads(threads)
 
 
 def _evaluate_snapshots(
@@ -116,11 +131,11 @@ class _Scorer:
     call is a large part of the evaluation's cost.
     """
 
-    def __init__(self, setup: RunSetup) -> None:
-        n = min(TRAIN_EVAL_SAMPLE, len(setup.y_train))
-        self.n_train, self.n_val = n, len(setup.y_val)
-        self.X = torch.from_numpy(np.concatenate([setup.X_train[:n], setup.X_val]))
-        self.y = np.concatenate([setup.y_train[:n], setup.y_val])
+    def __init__(self, recipe: Recipe) -> None:
+        n = min(TRAIN_EVAL_SAMPLE, len(recipe.y_train))
+        self.n_train, self.n_val = n, len(recipe.y_val)
+        self.X = torch.from_numpy(np.concatenate([recipe.X_train[:n], recipe.X_val]))
+        self.y = np.concatenate([recipe.y_train[:n], recipe.y_val])
         self.y_val = torch.from_numpy(self.y[n:])
 
     @torch.inference_mode()

@@ -16,8 +16,8 @@ class RunConfig:
     lr: float  # learning rate of the first parameter group
     batch_size: int  # examples in the first batch
     steps: int  # optimizer updates the run made
-    n_classes: int  # width of the model's last linear layer
-    layer_widths: tuple[int, ...]  # inputs, then each linear layer's outputs
+    n_classes: int  # last dimension of the model's first output (see Monitor)
+    layer_widths: tuple[int, ...]  # the first layer's input, then each layer's output width
     param_count: int  # trainable and frozen parameters together
 
     def to_dict(self) -> dict[str, Any]:
@@ -34,19 +34,38 @@ def _array(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
+#: Fields holding one array per layer or per activation module.
+SERIES_BY_NAME = (
+    "grad_norm",
+    "grad_mean_abs",
+    "update_ratio",
+    "weight_norm",
+    "nonpositive_share",
+    "saturated_share",
+    "activation_mean_abs",
+)
+
+
 @dataclass(frozen=True, eq=False)
 class Trace:
     """Per-step and per-interval measurements of one run.
 
-    Per-step arrays all have one entry per optimizer update; ``eval_*`` arrays
-    have one entry per evaluation. Non-finite values are data (a diverged run).
+    Three lengths of series: *per step* (``loss``, ``batch_acc``, the two
+    timings) have one entry per optimizer update; *per recorded step* (every
+    other per-step field) one entry per step listed in ``stat_steps`` (every
+    step unless the Monitor was made with ``every > 1``); ``eval_*`` one entry
+    per evaluation. A "layer" is a module with parameters of its own, named by
+    its path in the model (``model.named_modules()``); an "activation module"
+    is an ``nn.ReLU``-family, ``nn.Sigmoid`` or ``nn.Tanh`` module, likewise
+    named. Non-finite values are data (a diverged run); NaN also marks a step
+    that had no value (no output given, no forward of that module).
     """
 
     loss: np.ndarray  # training loss of each step's batch
-    grad_norm: dict[str, np.ndarray]  # per linear layer: L2 norm of its gradient
+    grad_norm: dict[str, np.ndarray]  # per layer, per recorded step: L2 norm of its gradient
     update_ratio: dict[str, np.ndarray]  # per layer: |update| / |weights before it|
-    zero_grad_share: np.ndarray  # share of all weights whose gradient is exactly 0
-    inactive_share: np.ndarray  # share of hidden units that output 0 on the whole batch
+    zero_grad_share: np.ndarray  # per recorded step: share of all weights whose gradient is 0
+    inactive_share: np.ndarray  # per recorded step: share of ReLU-family units <= 0 on the batch
     wait_seconds: np.ndarray  # time spent waiting for the batch
     compute_seconds: np.ndarray  # time from batch in hand to update done
     eval_steps: np.ndarray  # the step after which each evaluation ran
@@ -57,6 +76,13 @@ class Trace:
     no_grad_weights: dict[str, int] = field(default_factory=dict)  # per layer: never got a gradient
     weight_change: dict[str, float] = field(default_factory=dict)  # per layer: |w_end-w_0|/|w_0|
     weight_count: dict[str, int] = field(default_factory=dict)  # per layer: parameters
+    stat_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 0-based recorded steps
+    batch_acc: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step: batch accuracy
+    grad_mean_abs: dict[str, np.ndarray] = field(default_factory=dict)  # per layer: mean |gradient|
+    weight_norm: dict[str, np.ndarray] = field(default_factory=dict)  # per layer: |w| before update
+    nonpositive_share: dict[str, np.ndarray] = field(default_factory=dict)  # ReLU family: out <= 0
+    saturated_share: dict[str, np.ndarray] = field(default_factory=dict)  # Sigmoid/Tanh: |x| > 5
+    activation_mean_abs: dict[str, np.ndarray] = field(default_factory=dict)  # mean |output|
 
     @property
     def steps(self) -> int:
@@ -90,7 +116,7 @@ class Trace:
         kwargs: dict[str, Any] = {}
         for f in fields(cls):
             value = data[f.name]
-            if f.name in ("grad_norm", "update_ratio"):
+            if f.name in SERIES_BY_NAME:
                 kwargs[f.name] = {k: _array(v) for k, v in value.items()}
             elif isinstance(value, list):
                 kwargs[f.name] = _array(value)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
-from faultbench.core.errors import FaultbenchError
+from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.training.engine import ENGINES
 
@@ -27,15 +28,51 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer of at least 0 (a seed), else one clear line (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer of at least 0; got '{text}'"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 0; got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds, else one clear line (exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of seconds; got '{text}'"
+        ) from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds; got {text}")
+    return value
+
+
+def engine_name(text: str) -> str:
+    """argparse type: one of :data:`ENGINES`, else the nearest valid name (exit 2)."""
+    if text not in ENGINES:
+        raise argparse.ArgumentTypeError(str(unknown_name("engine", text, ENGINES)))
+    return text
+
+
 def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--store``, ``--engine``, ``--workers``, ``--address``, ``--timeout``."""
+    """``--store``, ``--engine``, ``--workers``, ``--address``, ``--timeout``, ``--in-process``."""
     parser.add_argument(
         "--store",
         default=None,
         help="record directory (default: $FAULTBENCH_STORE or ~/.cache/faultbench/runs)",
     )
     parser.add_argument(
-        "--engine", default="local", help=f"where runs train: {', '.join(ENGINES)} (default: local)"
+        "--engine",
+        type=engine_name,
+        default="local",
+        help=f"where runs train: {', '.join(ENGINES)} (default: local)",
     )
     parser.add_argument(
         "--workers",
@@ -50,25 +87,86 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT,
-        help=f"seconds one diagnosis may take (default: {DEFAULT_TIMEOUT:g})",
+        help=f"seconds one diagnosis may take (default: {DEFAULT_TIMEOUT:g}), a positive number; "
+        "a diagnosis past it is stopped (its worker killed) and counted wrong",
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="diagnose in this process even with a diagnoser that does not ship with faultbench "
+        "(faster; but one that hangs in C code or crashes cannot be stopped)",
+    )
+
+
+def check_engine(args: argparse.Namespace) -> None:
+    """Refuse engine arguments that do not go together, before anything starts."""
+    if args.address and args.engine != "dask":
+        raise FaultbenchError(
+            f"--address '{args.address}' needs --engine dask; got --engine {args.engine}"
+        )
 
 
 def engine_from(args: argparse.Namespace) -> Engine:
     """The engine the arguments ask for."""
     from faultbench.training.engine import make_engine
 
-    if args.address and args.engine != "dask":
-        raise FaultbenchError(
-            f"--address '{args.address}' needs --engine dask; got --engine {args.engine}"
-        )
+    check_engine(args)
     return make_engine(args.engine, workers=args.workers, address=args.address)
 
 
 def store_from(args: argparse.Namespace) -> Store:
-    """The store the arguments ask for."""
+    """The store the arguments ask for, refused at once if it can never be one."""
     from faultbench.storage.store import Store
 
-    return Store(args.store)
+    store = Store(args.store)
+    store.check()
+    return store
+
+
+def isolate_from(args: argparse.Namespace) -> bool | None:
+    """``evaluate``'s ``isolate``: False with ``--in-process``, else let it decide."""
+    return False if getattr(args, "in_process", False) else None
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--grid``, ``--faults``, ``--variants``, ``--levels``: which runs are scored."""
+    parser.add_argument(
+        "--grid",
+        default="full",
+        help="full (every variant at mild/moderate/severe, and the held-out faults) or "
+        "classic (the nine at their canonical severities) (default: full)",
+    )
+    parser.add_argument(
+        "--faults", type=_names, default=None, help="comma-separated faults to keep (and healthy)"
+    )
+    parser.add_argument(
+        "--variants",
+        type=_names,
+        default=None,
+        help="comma-separated variants to keep, as fault.variant or the variant's name",
+    )
+    parser.add_argument(
+        "--levels",
+        type=_names,
+        default=None,
+        help="comma-separated levels to keep: mild, moderate, severe, canonical, fixed",
+    )
+
+
+def grid_from(args: argparse.Namespace) -> dict[str, Any]:
+    """``evaluate``'s grid arguments, every name checked (one line, exit 2, before any work)."""
+    from faultbench.faults.grid import check_selection
+
+    check_selection(args.grid, args.faults, args.variants, args.levels)
+    return {
+        "grid": args.grid,
+        "faults": args.faults,
+        "variants": args.variants,
+        "levels": args.levels,
+    }

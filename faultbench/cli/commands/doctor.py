@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from faultbench.cli.commands.common import store_from
+from faultbench.cli.commands.common import non_negative_int, store_from
 
 NAME = "doctor"
 HELP = (
     "diagnose one run of a task (optionally with a fault) and say whether a bigger machine "
-    "would help; exit 0 when the diagnosis is healthy, 1 when it names a fault"
+    "would help; exit 0 when the run is healthy, 1 when it is not (or undecided)"
 )
 
 
@@ -17,7 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``doctor``."""
     parser.add_argument("--task", default="digits", help="task name (default: digits)")
     parser.add_argument("--fault", default="healthy", help="fault to inject (default: healthy)")
-    parser.add_argument("--seed", type=int, default=0, help="the run's seed (default: 0)")
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=0, help="the run's seed (default: 0)"
+    )
     parser.add_argument(
         "--diagnoser", default="rules", help="registered name or module:Class (default: rules)"
     )
@@ -49,10 +51,11 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.tasks.task import get_task
     from faultbench.tools.doctor import doctor
 
-    diagnoser = get_diagnoser(args.diagnoser)  # bad names fail before any training
+    diagnoser = get_diagnoser(args.diagnoser)  # bad names and stores fail before any training
     task = get_task(args.task)
-    spec = RunSpec(task.name, task.fingerprint, condition(args.fault), args.seed)
-    [(_, record, _)] = list(ensure_records([spec], task, store=store_from(args)))
+    spec = RunSpec(task.name, task.fingerprint, condition(args.fault, task=task), args.seed)
+    store = store_from(args)
+    [(_, record, _)] = list(ensure_records([spec], task, store=store))
     if not record.ok:
         raise FaultbenchError(f"the run of '{args.fault}' on '{task.name}' failed: {record.error}")
     run = run_for(record, task)
@@ -62,4 +65,4 @@ def main(args: argparse.Namespace) -> int:
     report = doctor(run, diagnoser, oom_after_cheap_fixes=oom)
     print(f"run: task {task.name}, condition {spec.condition.name}, seed {args.seed}")
     print(report)
-    return 0 if report.diagnosis.label == "healthy" else 1
+    return 0 if report.headline == "healthy" else 1

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 import inspect
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: `--help` must not load torch
+    from faultbench.faults.fault import Fault
+    from faultbench.tasks.task import Task, TrainDefaults
 
 NAME = "list"
-HELP = "list faults (with their knobs), tasks (data, model, optimizer) and diagnosers"
+HELP = (
+    "list faults (with their variants and knobs), held-out faults, tasks (data, model, "
+    "optimizer) and diagnosers"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,36 +22,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Print the three registries, then any plug-in that failed to load."""
-    from faultbench.faults.fault import FAULTS
+    """Print the registries, then any plug-in that failed to load."""
+    from faultbench.faults.fault import FAULTS, HELD_OUT
     from faultbench.scoring.diagnosis import DIAGNOSERS
     from faultbench.tasks.task import TASKS
 
     _faults()
     _tasks()
     _diagnosers()
-    broken = [
-        (r.kind, name, why) for r in (FAULTS, TASKS, DIAGNOSERS) for name, why in r.broken.items()
-    ]
+    registries = (FAULTS, HELD_OUT, TASKS, DIAGNOSERS)
+    broken = [(r.kind, name, why) for r in registries for name, why in r.broken.items()]
     for kind, name, why in broken:
         print(f"broken {kind} plug-in '{name}': {why}")
     return 0
 
 
 def _faults() -> None:
-    from faultbench.faults.fault import FAULTS, HEALTHY
+    from faultbench.faults.fault import FAULTS, HEALTHY, HELD_OUT, OTHER_FAULT
 
-    print("conditions (healthy + faults):")
+    tasks = _buildable_tasks()
+    print("conditions (healthy + faults; a variant is named fault.variant, the first is classic):")
     print(f"  {HEALTHY:<22} nothing is broken")
     for name in FAULTS.names():
-        fault = FAULTS.get(name)
-        sev = fault.severity
+        _fault(FAULTS.get(name), tasks)
+    print(f"held-out faults (no diagnoser is told of them; the answer is {OTHER_FAULT}):")
+    for name in HELD_OUT.names():
+        _fault(HELD_OUT.get(name), tasks)
+
+
+def _buildable_tasks() -> list[Task]:
+    from faultbench.tasks.task import TASKS, get_task
+
+    tasks = []
+    for name in TASKS.names():
+        try:
+            tasks.append(get_task(name))
+        except Exception:  # a task that fails to build: its line under "tasks:" says why
+            continue
+    return tasks
+
+
+def _fault(fault: Fault, tasks: list[Task]) -> None:
+    """A fault's line, then per variant: what the bug is, where it lives, its knob, and
+    the tasks it cannot apply to, with the reason."""
+    from faultbench.faults.fault import inapplicable
+
+    print(f"  {fault.name:<22} {fault.summary}")
+    for variant in fault.variants:
+        sev = variant.severity
         knob = (
             f"severity {sev.canonical:g} ({sev.meaning}; valid {sev.low:g}..{sev.high:g})"
             if sev
             else "no severity knob"
         )
-        print(f"  {name:<22} {fault.summary}; {knob}")
+        where = f"in the {variant.lives.replace('+', ' and ')}" if variant.lives else "plug-in"
+        print(f"    .{variant.name:<19} {variant.summary}")
+        print(f"    {'':<20} {where}; {knob}")
+        for task in tasks:
+            why = inapplicable(fault.variant_id(variant), task)
+            if why:
+                print(f"    {'':<20} not on {task.name}: {why}")
 
 
 def _tasks() -> None:
@@ -61,7 +99,7 @@ def _tasks() -> None:
         print(
             f"  {'':<22} {d.architecture}, hidden {d.hidden}; {len(task.y_train)} train / "
             f"{len(task.y_val)} val, {task.n_features} features, {task.n_classes} classes; "
-            f"Adam lr {d.lr:g}, batch {d.batch_size}, {d.steps} steps"
+            f"{_optimizer(d)}, batch {d.batch_size}, {d.steps} steps"
         )
 
 
@@ -80,6 +118,12 @@ def _diagnosers() -> None:
         probing = "not declared" if probes is None else ("yes" if probes else "no")
         print(f"  {name:<22} {_first_line(type(diagnoser)) or 'no description'}")
         print(f"  {'':<22} tuned on: {tuned}; probes: {probing}")
+
+
+def _optimizer(d: TrainDefaults) -> str:
+    if d.optimizer == "sgd":
+        return f"SGD lr {d.lr:g} momentum {d.momentum:g}"
+    return f"Adam lr {d.lr:g}"
 
 
 def _first_line(obj: object) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from faultbench.cli.commands.common import (
     add_execution_arguments,
     engine_from,
+    isolate_from,
     positive_int,
     store_from,
 )
@@ -32,18 +33,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Evaluate on the pair grid, print and save the multi-label scores."""
     from faultbench.reporting.pairs import pair_conditions, save_pairs, score_pairs
+    from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
+    from faultbench.tasks.task import get_task
 
+    diagnoser, task = get_diagnoser(args.diagnoser), get_task(args.task)  # checked before work
+    store = store_from(args)
     engine = engine_from(args)
     try:
         report = evaluate(
-            args.diagnoser,
-            args.task,
+            diagnoser,
+            task,
             seeds=args.seeds,
             conditions=pair_conditions(),
-            store=store_from(args),
+            store=store,
             engine=engine,
             timeout=args.timeout,
+            isolate=isolate_from(args),
         )
     finally:
         engine.close()

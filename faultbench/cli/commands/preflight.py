@@ -27,9 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Build the task's pilot, run the gates, print the table."""
     from faultbench.faults.fault import condition
+    from faultbench.tasks.task import get_task
     from faultbench.tools.preflight import pilot_for_task, preflight
 
-    cond = condition(args.fault)  # unknown names fail here, with the nearest one
+    # Unknown names, and a variant that cannot apply to the task, fail here with one line.
+    cond = condition(args.fault, task=get_task(args.task))
     pilot = pilot_for_task(args.task, cond, seed=args.seed)
     report = preflight(
         pilot, device=args.device, seed=args.seed, break_checkpoint=args.break_checkpoint

@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from faultbench.cli.commands.common import add_execution_arguments, engine_from, positive_int
+from faultbench.cli.commands.common import (
+    add_execution_arguments,
+    engine_from,
+    isolate_from,
+    positive_int,
+    store_from,
+)
+from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load torch or pandas
@@ -22,8 +29,9 @@ if TYPE_CHECKING:  # imported where used: `--help` must not load torch or pandas
 NAME = "report"
 HELP = "regenerate results/ (tables, figures, provenance) from stored runs"
 
-#: Files whose bytes change between two reports of the same runs (dates, seconds).
-VOLATILE = ("README.md", "timings.csv", "timings.md")
+#: Files whose bytes change between two reports of the same runs (dates, seconds):
+#: ``faultbench.reporting.provenance.WALL_CLOCK``, kept here so ``--help`` stays light.
+VOLATILE = ("README.md", "timings.csv", "timings.md", "waits.csv")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,26 +54,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a task to score on; repeat for more (default: every registered)",
     )
+    parser.add_argument(
+        "--grids",
+        type=_grids,
+        default=["classic", "full"],
+        help="comma-separated grids to score: classic (the tables of scores.md and the paper's "
+        "reference comparison) and full (the leaderboard) (default: classic,full)",
+    )
+    parser.add_argument(
+        "--full-grid-task",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="score the full grid on this task only; repeat for more (default: every task scored)",
+    )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write results even though the code has uncommitted changes (the README says so)",
+    )
     add_execution_arguments(parser)
 
 
+def _grids(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if "classic" not in names:
+        raise argparse.ArgumentTypeError(
+            f"'{text}': expected classic, optionally with full (results/ is built on the "
+            "classic grid; full adds the leaderboard's runs)"
+        )
+    for name in names:
+        if name not in ("classic", "full"):
+            raise argparse.ArgumentTypeError(f"unknown grid '{name}'; expected classic or full")
+    return names
+
+
 def main(args: argparse.Namespace) -> int:
-    """Validate the names, score every diagnoser × task, write ``--out``."""
+    """Check every argument and the git tree, score every diagnoser × task, write ``--out``."""
+    from faultbench.reporting.provenance import git_revision, require_clean, source_root
     from faultbench.scoring.diagnosis import diagnoser_names, get_diagnoser
-    from faultbench.storage.store import Store
     from faultbench.tasks.task import get_task, task_names
 
     diagnosers = list(dict.fromkeys(args.diagnoser or diagnoser_names()))
     tasks = list(dict.fromkeys(args.task or task_names()))
     for name in diagnosers:
         get_diagnoser(name)  # unknown names fail here, before any worker starts
-    for name in tasks:
+    for name in [*tasks, *(args.full_grid_task or [])]:
         get_task(name)
-    store = Store(args.store)
+    full_tasks = [t for t in tasks if not args.full_grid_task or t in args.full_grid_task]
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise FaultbenchError(f"--out '{out}' is a file; expected a directory for the results")
+    require_clean(source_root(), out=out, allow_dirty=args.allow_dirty)
+    store = store_from(args)
     engine = engine_from(args)
     try:
         written = generate(
-            Path(args.out),
+            out,
             tasks,
             diagnosers,
             seeds=args.seeds,
@@ -73,6 +118,10 @@ def main(args: argparse.Namespace) -> int:
             engine=engine,
             timeout=args.timeout,
             command=_command_line(args),
+            revision=git_revision(out=out),
+            isolate=isolate_from(args),
+            scored_grids=args.grids,
+            full_tasks=full_tasks,
         )
     finally:
         engine.close()
@@ -83,15 +132,20 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _command_line(args: argparse.Namespace) -> str:
-    # The README shows the command that regenerates these results; the store is
-    # machine-specific, so it is shown as given rather than resolved.
-    parts = ["faultbench", "report", "--seeds", str(args.seeds), "--out", args.out]
+    # The README shows the command that regenerates these results, and is
+    # committed: a path of this machine (the store, an absolute --out) stays out.
+    out = args.out if not Path(args.out).is_absolute() else Path(args.out).name
+    parts = ["faultbench", "report", "--seeds", str(args.seeds), "--out", out]
     for name in args.task or []:
         parts += ["--task", name]
     for name in args.diagnoser or []:
         parts += ["--diagnoser", name]
-    if args.store:
-        parts += ["--store", args.store]
+    if args.grids != ["classic", "full"]:
+        parts += ["--grids", ",".join(args.grids)]
+    for name in args.full_grid_task or []:
+        parts += ["--full-grid-task", name]
+    if args.allow_dirty:
+        parts.append("--allow-dirty")
     return shlex.join(parts)
 
 
@@ -105,16 +159,37 @@ def generate(
     engine: Engine | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     command: str = "faultbench report",
+    revision: str = "",
+    isolate: bool | None = None,
+    scored_grids: Sequence[str] = ("classic", "full"),
+    full_tasks: Sequence[str] | None = None,
 ) -> list[Path]:
     """Score, then write every table, figure and the README under ``out``.
 
     Stored runs are reused and missing ones trained (by the first evaluation of
     each task), so the fault table reads exactly the runs that were scored.
 
+    Args:
+        out: The results directory.
+        tasks: Task names.
+        diagnosers: Diagnoser names.
+        seeds: Seeds per condition.
+        store: Where the records are.
+        engine: Where missing runs train.
+        timeout: Seconds per diagnosis.
+        command: The command line the README shows.
+        revision: The code's git revision, for the README (looked up when empty).
+        isolate: See :func:`faultbench.scoring.evaluate.evaluate`.
+        scored_grids: "classic" (always) and, for the leaderboard's headline, "full".
+        full_tasks: The tasks the full grid is scored on (default: ``tasks``).
+
     Returns:
         The files written, relative to ``out``.
     """
-    from faultbench.reporting import calibration, figures, provenance, report
+    import pandas as pd
+
+    from faultbench.reporting import calibration, figures, leaderboard, provenance, report
+    from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
 
     reports: list[Report] = []
@@ -122,13 +197,38 @@ def generate(
     trained = 0
     for task in tasks:
         for name in diagnosers:
-            result = evaluate(name, task, seeds=seeds, store=store, engine=engine, timeout=timeout)
+            result = evaluate(
+                name,
+                task,
+                seeds=full_grid_seeds(name, seeds),
+                grid="classic",
+                store=store,
+                engine=engine,
+                timeout=timeout,
+                isolate=isolate,
+            )
             trained += result.trained
             reports.append(result)
         grids[task] = report.load_grid(task, seeds, store)
+    full: list[Report] = []
+    for task in (full_tasks or tasks) if "full" in scored_grids else ():
+        for name in diagnosers:
+            full.append(
+                evaluate(
+                    name,
+                    task,
+                    seeds=full_grid_seeds(name, seeds),
+                    grid="full",
+                    store=store,
+                    engine=engine,
+                    timeout=timeout,
+                    isolate=isolate,
+                )
+            )
+            trained += full[-1].trained
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
-    timings = provenance.timing_table(reports)
+    timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
     cover, calib = calibration.coverage_frame(reports), calibration.calibration_frame(reports)
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob("confusion/*.png"), *out.glob("curves/*.png")]:
@@ -137,8 +237,7 @@ def generate(
         "faults.md": report.faults_markdown(faults),
         "scores.md": report.scores_markdown(scores, mcnemar),
         "calibration.md": calibration.calibration_markdown(cover, calib),
-        "timings.md": "# Measured timings\n\nWall-clock seconds, measured on the machine in "
-        "README.md; they vary between reports.\n\n" + report.markdown_table(timings) + "\n",
+        "timings.md": _timings_markdown(report.markdown_table, timings, waits),
     }
     frames = {
         "faults.csv": faults,
@@ -147,6 +246,7 @@ def generate(
         "conditions.csv": provenance.conditions_table(),
         "setup.csv": provenance.setup_table(tasks, seeds),
         "timings.csv": timings,
+        "waits.csv": waits,
         "coverage.csv": cover,
         "calibration.csv": calib,
     }
@@ -157,10 +257,67 @@ def generate(
         for r in reports
     ]
     written += [figures.curves_figure(t, grids[t], out / "curves" / f"{t}.png") for t in tasks]
+    board = pd.concat([r.scored_frame() for r in [*reports, *full]], ignore_index=True)
+    written += leaderboard.write(
+        board,
+        {name: sorted(get_diagnoser(name).tuned_on) for name in diagnosers},
+        out,
+        subsets={
+            name: _subset_text(full_grid_seeds(name, seeds))
+            for name in diagnosers
+            if full_grid_seeds(name, seeds) < seeds
+        },
+    )
     files = sorted(str(p.relative_to(out)) for p in written)
-    readme = provenance.readme(command, ["README.md", *files], grids, trained, str(store.root))
+    readme = provenance.readme(
+        command,
+        ["README.md", *files],
+        grids,
+        trained,
+        revision=revision or provenance.git_revision(out=out),
+    )
     written.append(_write_text(readme, out / "README.md"))
     return sorted(p.relative_to(out) for p in written)
+
+
+def full_grid_seeds(diagnoser: str, seeds: int) -> int:
+    """Seeds a diagnoser is scored on (both grids): all, or its declared ``subset_seeds``.
+
+    A diagnoser whose one diagnosis takes seconds (the tools, TheDeepChecker's
+    training probe) declares ``subset_seeds`` (the first seeds, so the subset is
+    the same on every machine); the leaderboard says so in its row.
+    """
+    from faultbench.scoring.diagnosis import get_diagnoser
+
+    subset = getattr(get_diagnoser(diagnoser), "subset_seeds", None)
+    return min(seeds, subset) if isinstance(subset, int) and subset > 0 else seeds
+
+
+def _subset_text(seeds: int) -> str:
+    first = "seed 0" if seeds == 1 else f"seeds 0-{seeds - 1}"
+    return f"{first} of both grids (seconds per diagnosis)"
+
+
+def _timings_markdown(
+    table: Callable[[pd.DataFrame], str], timings: pd.DataFrame, waits: pd.DataFrame
+) -> str:
+    return "\n".join(
+        [
+            "# Wall-clock measurements",
+            "",
+            "Measured on the machine in README.md: they vary between reports and machines, and "
+            "no score is computed from them.",
+            "",
+            "## Seconds per diagnosis and per training run",
+            "",
+            table(timings),
+            "",
+            "## Share of step time spent waiting for data (mean ± sd over seeds, last seed)",
+            "",
+            table(waits),
+            "",
+        ]
+    )
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> Path:

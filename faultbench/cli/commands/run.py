@@ -5,22 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
 from faultbench.cli.commands.common import (
     add_execution_arguments,
+    add_grid_arguments,
     engine_from,
+    grid_from,
+    isolate_from,
     positive_int,
     store_from,
 )
 
-if TYPE_CHECKING:  # imported where used: `--help` must not load torch or pandas
-    import pandas as pd
-
-    from faultbench.scoring.evaluate import Report
-
 NAME = "run"
-HELP = "score a diagnoser on every condition of a task"
+HELP = "score a diagnoser on a grid of runs of a task (the full grid by default)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,26 +34,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of tables"
     )
+    add_grid_arguments(parser)
     add_execution_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Evaluate, then print."""
+    """Check every argument, evaluate, then print."""
     from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
     from faultbench.tasks.task import get_task
 
-    diagnoser = get_diagnoser(args.diagnoser)  # validate names before starting workers
+    diagnoser = get_diagnoser(args.diagnoser)  # every check before any worker starts
     task = get_task(args.task)
+    grid = grid_from(args)
+    store = store_from(args)
     engine = engine_from(args)
     try:
         report = evaluate(
             diagnoser,
             task,
             seeds=args.seeds,
-            store=store_from(args),
+            **grid,
+            store=store,
             engine=engine,
             timeout=args.timeout,
+            isolate=isolate_from(args),
         )
     finally:
         engine.close()
@@ -65,49 +67,5 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), allow_nan=False, default=str))
     else:
-        print(render(report))
+        print(report)
     return 0
-
-
-def render(report: Report) -> str:
-    """The human-readable report."""
-    from faultbench.scoring.evaluate import coverage
-
-    kind = "tuned-on" if report.tuned else "held-out"
-    tuned_on = ", ".join(report.tuned_on) or "nothing"
-    seen = report.manifestation
-    cover = coverage(report.results)
-    lines = [
-        f"{report.diagnoser} on {report.task} ({kind}; tuned on: {tuned_on})",
-        "",
-        _matrix(report.confusion),
-        "",
-        f"{report.correct}/{report.total} correct ({kind})",
-        "per seed: "
-        + ", ".join(
-            f"seed {s}: {int(r.correct)}/{int(r.total)}" for s, r in report.seed_scores.iterrows()
-        ),
-        f"probe steps per diagnosis: {report.mean_probe_steps:.0f} "
-        f"(training steps per run: {report.mean_train_steps:.0f})",
-        f"faulty runs: {seen['faulty_runs']}, named {seen['named']}, "
-        f"missed though the fault showed {seen['missed_visible']}, "
-        f"missed with no visible effect {seen['missed_invisible']} "
-        f"(no visible effect in all: {seen['invisible']})",
-        f"answered (not unknown): {cover['coverage']:.0%}",
-        f"runs trained now: {report.trained}",
-    ]
-    for fault, why in report.not_applicable:
-        lines.append(f"not applicable on {report.task}: {fault} ({why})")
-    if report.failures:
-        lines.append(
-            "failed answers (counted wrong): "
-            + ", ".join(f"{k}: {v}" for k, v in sorted(report.failures.items()))
-        )
-    return "\n".join(lines)
-
-
-def _matrix(frame: pd.DataFrame) -> str:
-    import pandas as pd
-
-    with pd.option_context("display.width", 250, "display.max_columns", 50):
-        return frame.to_string()

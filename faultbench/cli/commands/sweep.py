@@ -8,6 +8,7 @@ from pathlib import Path
 from faultbench.cli.commands.common import (
     add_execution_arguments,
     engine_from,
+    isolate_from,
     positive_int,
     store_from,
 )
@@ -45,19 +46,27 @@ def _values(text: str | None) -> list[float] | None:
 
 def main(args: argparse.Namespace) -> int:
     """Sweep, print, save."""
+    from faultbench.faults.fault import FAULTS
     from faultbench.reporting.sweep import save_sweep, sweep, sweep_markdown
+    from faultbench.scoring.diagnosis import get_diagnoser
+    from faultbench.tasks.task import get_task
 
     values = _values(args.severities)
+    FAULTS.get(args.fault)  # every name and the store are checked before any worker starts
+    diagnoser, task = get_diagnoser(args.diagnoser), get_task(args.task)
+    store = store_from(args)
     engine = engine_from(args)
     try:
         result = sweep(
             args.fault,
-            args.diagnoser,
-            args.task,
+            diagnoser,
+            task,
             severities=values,
             seeds=args.seeds,
-            store=store_from(args),
+            store=store,
             engine=engine,
+            timeout=args.timeout,
+            isolate=isolate_from(args),
         )
     finally:
         engine.close()

@@ -1,0 +1,59 @@
+"""The nine known faults, each in the forms it takes in real training scripts.
+
+Their names are the labels a diagnoser answers. Each fault's variants live in
+the module of the part they break (:mod:`.inputs`, :mod:`.models`,
+:mod:`.optimization`, :mod:`.loading`); the first variant of each is its
+classic form: the one the benchmark started with, which the classic grid runs.
+Registration order is the order of the labels.
+"""
+
+from __future__ import annotations
+
+from faultbench.faults import inputs, loading, models, optimization
+from faultbench.faults.fault import register
+
+register(
+    "missing_zero_grad",
+    "gradients are not cleared before each backward pass, so they pile up across steps",
+    *optimization.MISSING_ZERO_GRAD,
+)
+register(
+    "huge_inputs",
+    "inputs reach the model far off unit scale: not normalized, or scaled far up",
+    *inputs.HUGE_INPUTS,
+)
+register(
+    "lr_too_high",
+    "the learning rate is far above the task's working rate",
+    *optimization.LR_TOO_HIGH,
+)
+register(
+    "dead_units",
+    "hidden ReLU units are dead from initialization: they output 0 on every input",
+    *models.DEAD_UNITS,
+)
+register(
+    "starved_loader",
+    "the data pipeline is the bottleneck: each step waits for its batch",
+    *loading.STARVED_LOADER,
+)
+register(
+    "too_small_model",
+    "the model is far too small for the task: too narrow somewhere to separate the classes",
+    *models.TOO_SMALL_MODEL,
+)
+register(
+    "label_mismatch",
+    "training labels use a class mapping that disagrees with the validation mapping",
+    *inputs.LABEL_MISMATCH,
+)
+register(
+    "softmax_before_loss",
+    "the loss is handed probabilities where it expects logits or log-probabilities",
+    *models.SOFTMAX_BEFORE_LOSS,
+)
+register(
+    "frozen_layer",
+    "a layer that should learn never changes: it is frozen by mistake",
+    *optimization.FROZEN_LAYER,
+)

@@ -1,0 +1,88 @@
+"""Severity levels: mild, moderate and severe, per task, calibrated by effect.
+
+A fault's knob means different things on different tasks: a learning rate
+×11 is loud on one and harmless on another. ``faultbench calibrate``
+(:mod:`faultbench.tools.calibrate`) measures, on seeds the benchmark never
+scores, how far each severity moves the run's own signals against the healthy
+runs' spread, and writes the chosen severities to :data:`LEVELS_FILE`, a
+versioned file of the repository that the full grid reads. No diagnoser's
+answer enters it.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+LEVELS = ("mild", "moderate", "severe")  # mildest first
+CANONICAL = "canonical"  # the level of a fault at its canonical severity (classic grid)
+FIXED = "fixed"  # the level of a variant without a knob: the bug has no degree
+LEVELS_FILE = Path(__file__).resolve().with_name("levels.csv")  # resolve: the source, not a link
+FIELDS = ("task", "variant", "level", "severity", "effect", "visible_share", "seeds")
+
+
+@dataclass(frozen=True)
+class Level:
+    """One calibrated severity of one variant on one task."""
+
+    task: str  # the task it was calibrated on
+    variant: str  # ``fault`` or ``fault.variant``
+    level: str  # one of LEVELS
+    severity: float  # the knob's value
+    effect: float  # median over the calibration seeds of the largest |z| of any signal
+    visible_share: float  # share of calibration seeds whose run differed from healthy
+    seeds: str  # the calibration seeds, space separated
+
+
+def load_levels(path: Path = LEVELS_FILE) -> list[Level]:
+    """Every level in ``path`` (none when the file does not exist yet)."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        return [
+            Level(
+                row["task"],
+                row["variant"],
+                row["level"],
+                float(row["severity"]),
+                float(row["effect"]),
+                float(row["visible_share"]),
+                row["seeds"],
+            )
+            for row in csv.DictReader(handle)
+        ]
+
+
+def write_levels(levels: list[Level], path: Path = LEVELS_FILE) -> Path:
+    """Write ``levels`` sorted by task, variant and level, so the bytes are stable."""
+    order = {name: i for i, name in enumerate(LEVELS)}
+    rows = sorted(levels, key=lambda lv: (lv.task, lv.variant, order.get(lv.level, 9)))
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(FIELDS)
+        for lv in rows:
+            writer.writerow(
+                [
+                    lv.task,
+                    lv.variant,
+                    lv.level,
+                    f"{lv.severity:.6g}",
+                    f"{lv.effect:.4g}",
+                    f"{lv.visible_share:.3f}",
+                    lv.seeds,
+                ]
+            )
+    tmp.replace(path)  # never a half-written levels file
+    return path
+
+
+def levels_for(task: str, variant: str, path: Path = LEVELS_FILE) -> dict[str, float]:
+    """Level name -> severity of ``variant`` on ``task``, mildest first ({} if uncalibrated)."""
+    found = {
+        lv.level: lv.severity
+        for lv in load_levels(path)
+        if (lv.task, lv.variant) == (task, variant)
+    }
+    return {name: found[name] for name in LEVELS if name in found}
