@@ -192,40 +192,26 @@ def generate(
     from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
 
+    def score(name: str, task: str, grid: str) -> Report:
+        return evaluate(
+            name,
+            task,
+            seeds=seeds_for(name, seeds),
+            grid=grid,
+            store=store,
+            engine=engine,
+            timeout=timeout,
+            isolate=isolate,
+        )
+
     reports: list[Report] = []
     grids: dict[str, report.Grid] = {}
-    trained = 0
     for task in tasks:
-        for name in diagnosers:
-            result = evaluate(
-                name,
-                task,
-                seeds=full_grid_seeds(name, seeds),
-                grid="classic",
-                store=store,
-                engine=engine,
-                timeout=timeout,
-                isolate=isolate,
-            )
-            trained += result.trained
-            reports.append(result)
+        reports += [score(name, task, "classic") for name in diagnosers]
         grids[task] = report.load_grid(task, seeds, store)
-    full: list[Report] = []
-    for task in (full_tasks or tasks) if "full" in scored_grids else ():
-        for name in diagnosers:
-            full.append(
-                evaluate(
-                    name,
-                    task,
-                    seeds=full_grid_seeds(name, seeds),
-                    grid="full",
-                    store=store,
-                    engine=engine,
-                    timeout=timeout,
-                    isolate=isolate,
-                )
-            )
-            trained += full[-1].trained
+    full_tasks = (full_tasks or tasks) if "full" in scored_grids else ()
+    full = [score(name, task, "full") for task in full_tasks for name in diagnosers]
+    trained = sum(r.trained for r in [*reports, *full])
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
@@ -263,9 +249,9 @@ def generate(
         {name: sorted(get_diagnoser(name).tuned_on) for name in diagnosers},
         out,
         subsets={
-            name: _subset_text(full_grid_seeds(name, seeds))
+            name: _subset_text(seeds_for(name, seeds))
             for name in diagnosers
-            if full_grid_seeds(name, seeds) < seeds
+            if seeds_for(name, seeds) < seeds
         },
     )
     files = sorted(str(p.relative_to(out)) for p in written)
@@ -280,7 +266,7 @@ def generate(
     return sorted(p.relative_to(out) for p in written)
 
 
-def full_grid_seeds(diagnoser: str, seeds: int) -> int:
+def seeds_for(diagnoser: str, seeds: int) -> int:
     """Seeds a diagnoser is scored on (both grids): all, or its declared ``subset_seeds``.
 
     A diagnoser whose one diagnosis takes seconds (the tools, TheDeepChecker's
