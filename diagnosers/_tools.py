@@ -36,6 +36,9 @@ from faultbench.faults.fault import condition_names
 from faultbench.faults.recipe import BatchStream
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnosis, finite_or_none
 from faultbench.scoring.run import Run
+from faultbench.storage.runner import (
+    one_thread,  # as the runner trains: a replay costs what the run did
+)
 
 INSTALL = "pip install 'faultbench[tools]'"  # the one command that brings all three tools
 OTHER_FAULT = "other_fault"  # "something is broken, and it is none of the nine"
@@ -86,17 +89,6 @@ def quiet() -> Iterator[None]:
     ):
         warnings.simplefilter("ignore")
         yield
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one thread, as the runner trains, so a replay costs what the run did."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def answerable(label: str) -> str:
