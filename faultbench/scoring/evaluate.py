@@ -22,6 +22,7 @@ from faultbench.faults.fault import (
 )
 from faultbench.faults.grid import GridPoint, grid_points
 from faultbench.scoring import scores, summary
+from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.scoring.manifest import manifestation
@@ -316,8 +317,10 @@ def evaluate(
     """Score ``diagnoser`` on every condition of ``task`` over ``seeds`` seeds.
 
     Stored runs are reused; missing ones are trained on ``engine`` (in this
-    process when omitted) and stored. Every argument, the store and the
-    diagnoser are checked before the first run trains.
+    process when omitted) and stored. A shipped diagnoser asked for by its
+    name has its answers stored beside the runs and read back by the next
+    call with the same code (:mod:`faultbench.scoring.cache`). Every
+    argument, the store and the diagnoser are checked before the first run trains.
 
     Args:
         diagnoser: A registered name, ``module:Class``, or a diagnoser object.
@@ -367,7 +370,10 @@ def evaluate(
     ]
     where = {point.condition: point for point in points}
     in_worker, note = wants_worker(diag, isolate)
+    stored = _stored_answers(diagnoser, diag, the_store)
     with _diagnoser_for(diag, the_task, timeout, in_worker) as diagnose:
+        if stored is not None:
+            diagnose = _Stored(diagnose, stored)
         prepare = getattr(diag, "prepare", None)
         if callable(prepare):  # e.g. fit a learned model: not part of any one diagnosis's time
             prepare(store=the_store, engine=engine)
@@ -443,6 +449,35 @@ class _InProcess:
         except Exception as exc:  # a broken setup must not stop the other runs
             return Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
         return diagnose_safely(self.diag, run, timeout=self.timeout)
+
+
+def _stored_answers(asked: str | Diagnoser, diag: Diagnoser, store: Store) -> DiagnosisCache | None:
+    """Where ``diag``'s answers are stored, if they can be (see :mod:`faultbench.scoring.cache`):
+    a diagnoser that ships with faultbench, asked for by its registered name."""
+    shipped = type(diag).__module__.split(".")[:2] == ["faultbench", "diagnosers"]
+    if not (isinstance(asked, str) and ":" not in asked and shipped):
+        return None
+    return DiagnosisCache(store, diag.name, diagnosis_code())
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """Reads a stored answer; diagnoses (and stores the answer) only where there is none."""
+
+    inner: Diagnose  # how a diagnosis is made
+    cache: DiagnosisCache  # where answers are kept
+
+    def start(self) -> None:
+        """Start the inner one."""
+        self.inner.start()
+
+    def diagnose(self, record: RunRecord) -> Outcome:
+        """The stored outcome on ``record``, else a fresh one (then stored)."""
+        outcome = self.cache.load(record)
+        if outcome is None:
+            outcome = self.inner.diagnose(record)
+            self.cache.save(record, outcome)
+        return outcome
 
 
 def _healthy_reference(

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from faultbench.faults.fault import base_setup
 from faultbench.storage import records
 from faultbench.storage.records import RunRecord, RunSpec
-from faultbench.storage.store import KeyLock, Store
+from faultbench.storage.store import KeyLock, Store, stamped
 from faultbench.tasks.task import TASKS, Task, get_task
 from faultbench.training.engine import Engine, SerialEngine
 from faultbench.training.loop import train
@@ -133,11 +133,27 @@ def ensure_records(
             for spec, record in _train(mine, None if registered else task, store, engine):
                 bar.update()
                 yield spec, record, True
-            if theirs:  # wait until another process lets go of one, then look again
-                waited = store.lock(theirs[0])
-                waited.acquire()
-                waited.release()
+            if theirs:
+                _wait_for_any(store, theirs)
             missing = theirs
+
+
+WAIT_POLL = 0.2  # seconds between looks at the locks another process holds
+
+
+def _wait_for_any(store: Store, specs: Sequence[RunSpec]) -> None:
+    """Return once another process has let go of any one of ``specs``' locks.
+
+    Any, not a given one: the other process trains its runs in its own order,
+    and waiting for the last of them would leave this one idle meanwhile.
+    """
+    locks = [store.lock(spec) for spec in specs]
+    while True:
+        for lock in locks:
+            if lock.acquire(blocking=False):
+                lock.release()
+                return
+        time.sleep(WAIT_POLL)
 
 
 def _claim(
@@ -165,6 +181,7 @@ def _train(
         for job, result in engine.map_unordered(train_record, jobs):
             if isinstance(result, BaseException):
                 result = _failed(job, f"{type(result).__name__}: {result}", 0.0)
+            result = stamped(result)
             store.save(result)
             locks.pop(job.spec).release()
             yield job.spec, result

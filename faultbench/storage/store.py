@@ -158,13 +158,11 @@ class Store:
             )
 
     def save(self, record: RunRecord) -> Path:
-        """Write ``record`` as a new attempt file, atomically; return its path."""
-        record = replace(
-            record,
-            attempt=record.attempt or new_attempt_id(),
-            created=record.created or datetime.now(UTC).isoformat(timespec="seconds"),
-            host=record.host or socket.gethostname(),
-        )
+        """Write ``record`` as a new attempt file, atomically; return its path.
+
+        A record not yet :func:`stamped` is stamped first.
+        """
+        record = stamped(record)
         folder = self.spec_dir(record.spec) / record.key
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{record.attempt}.json"
@@ -220,6 +218,18 @@ class KeyLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def stamped(record: RunRecord) -> RunRecord:
+    """``record`` with its attempt id, creation time and host filled in where empty:
+    what :meth:`Store.save` writes, and what the caller should go on with (a stored
+    diagnosis names the attempt it was made on)."""
+    return replace(
+        record,
+        attempt=record.attempt or new_attempt_id(),
+        created=record.created or datetime.now(UTC).isoformat(timespec="seconds"),
+        host=record.host or socket.gethostname(),
+    )
 
 
 def new_attempt_id() -> str:

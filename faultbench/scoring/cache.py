@@ -1,0 +1,132 @@
+"""Stored diagnoses: a shipped diagnoser's answer on a stored run, kept beside the run.
+
+Diagnosing is most of a report's time (a probe trains, a tool replays the
+loop), and a shipped diagnoser is deterministic: the same code on the same
+record gives the same answer. So its answer is stored under a key made of the
+diagnoser's name, the code it ran (:func:`diagnosis_code`: every module of
+faultbench and its diagnosers, and the versions of the libraries they call)
+and the record's attempt id, and a later report reads it back instead of
+diagnosing again. A change to any of that code gives a new key, so a stale
+answer is never read.
+
+Only shipped diagnosers asked for by their registered name are stored: a
+diagnoser object or a ``module:Class`` may hold state or code no key can see.
+Only answers that do not depend on the clock are stored (``ok`` and
+``error``); a timeout or a crash is diagnosed again next time. The seconds an
+answer took are the ones measured when it ran, a wall-clock measurement like
+every other.
+
+Layout, beside the record's attempts (which the store's globs never descend into)::
+
+    <run key folder>/diagnoses/<diagnoser>/<code>-<attempt>.json
+
+Files are written whole or not at all (a temporary name, then a rename); a
+store that cannot be written (read-only) is read from and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from faultbench.scoring.harness import Outcome
+from faultbench.storage.records import RunRecord, dumps, loads
+from faultbench.storage.store import Store
+
+STORED_STATUSES = ("ok", "error")  # outcomes that do not depend on the clock
+#: Libraries a shipped diagnoser's answer depends on, by distribution name.
+LIBRARIES = (
+    "torch",
+    "numpy",
+    "scipy",
+    "scikit-learn",
+    "pandas",
+    "backpack-for-pytorch",
+    "cockpit-for-pytorch",
+    "weightwatcher",
+    "torch-lr-finder",
+)
+#: Parts of the package no diagnosis runs through (what is shown, not what is computed).
+NOT_DIAGNOSIS = ("cli", "reporting")
+
+
+@cache
+def diagnosis_code() -> str:
+    """Hash of every source file of the installed package except ``NOT_DIAGNOSIS``, and
+    of the versions of ``LIBRARIES``: what a shipped diagnoser's answer can depend on."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package)
+        if relative.parts[0] in NOT_DIAGNOSIS:
+            continue
+        digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in LIBRARIES:
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            version = "absent"
+        digest.update(f"{name}=={version}\0".encode())
+    return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class DiagnosisCache:
+    """Where one diagnoser's stored answers are read and written."""
+
+    store: Store
+    diagnoser: str  # the registered name
+    code: str  # diagnosis_code()
+
+    def path(self, record: RunRecord) -> Path:
+        """The file that holds (or would hold) the answer on ``record``."""
+        folder = self.store.spec_dir(record.spec) / record.key / "diagnoses" / self.diagnoser
+        return folder / f"{self.code}-{record.attempt}.json"
+
+    def load(self, record: RunRecord) -> Outcome | None:
+        """The stored answer on ``record``, or None (none stored, or unreadable)."""
+        try:
+            data = loads(self.path(record).read_text())
+            return Outcome(**{**data, "also": tuple(data["also"])})
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def save(self, record: RunRecord, outcome: Outcome) -> None:
+        """Store ``outcome`` if it does not depend on the clock and the store can be written."""
+        if outcome.status not in STORED_STATUSES or not record.attempt:
+            return
+        target = self.path(record)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".part")
+        except OSError:  # a read-only store: answers are simply not kept
+            return
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(dumps(_plain(asdict(outcome))))
+            os.replace(tmp, target)  # two processes storing the same answer: either one wins
+        except OSError:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` with numpy values as Python ones and anything else JSON cannot hold as text."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
