@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -209,6 +211,37 @@ def test_two_concurrent_runs_on_one_store_give_the_report_of_one(tmp_path):
         assert {k: v for k, v in report.items() if k != "trained"} == {
             k: v for k, v in reference.items() if k != "trained"
         }
-    attempts = sorted(store.rglob("*.json"))
+    attempts = sorted(store.glob("*/*/seed-*/*/*.json"))  # not the diagnoses stored beside them
     assert len(attempts) == runs  # one attempt per run: none trained twice
     assert all(record.ok for record in Store(store).records())
+
+
+def test_a_waiting_process_trains_whatever_another_lets_go_of_first(tmp_path):
+    # Another process holds two runs' locks; it finishes the second first. The
+    # waiting one must take that run up at once, not sit out the first.
+    task = get_task("digits")
+    first, second = (RunSpec(task.name, task.fingerprint, HEALTHY[0], seed) for seed in (0, 1))
+    store = Store(tmp_path)
+    held = {spec: store.lock(spec) for spec in (first, second)}
+    assert all(lock.acquire(blocking=False) for lock in held.values())
+    got: list[RunSpec] = []
+
+    def wait_and_train() -> None:
+        for spec, _, _ in faultbench.storage.runner.ensure_records(
+            [first, second], task, store=store
+        ):
+            got.append(spec)
+
+    waiter = threading.Thread(target=wait_and_train)
+    waiter.start()
+    try:
+        time.sleep(2)  # it finds both runs held by another, and waits
+        held[second].release()
+        deadline = time.monotonic() + 60
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert got == [second]  # trained while the first's lock is still held
+    finally:
+        held[first].release()
+        waiter.join(timeout=120)
+    assert got == [second, first]

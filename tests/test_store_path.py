@@ -71,7 +71,8 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def _records(root: Path) -> list[Path]:
-    return sorted(root.rglob("*.json")) if root.exists() else []
+    """The run records' attempt files (not the diagnoses stored beside them)."""
+    return sorted(root.glob("*/*/seed-*/*/*.json")) if root.exists() else []
 
 
 def test_store_that_is_a_file_is_refused(tmp_path: Path) -> None:
