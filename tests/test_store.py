@@ -63,6 +63,17 @@ def test_broken_record_is_skipped_and_noted_with_its_path(kind, stored):
     assert any("trained again" in note for note in store.notes)
 
 
+def test_a_record_read_again_is_a_copy_and_a_changed_file_is_read_afresh(stored):
+    store, path = stored
+    first = store.load(_spec_of(path))
+    first.trace.loss[:] = -1.0  # a diagnoser that writes into its trace
+    again = store.load(_spec_of(path))
+    assert again.trace.loss.min() > 0  # the next one is given the record as stored
+    assert again.attempt == first.attempt
+    _breakers()["missing-trace"](path)  # the file changed since it was read
+    assert store.load(_spec_of(path)) is None
+
+
 def _spec_of(path: Path) -> RunSpec:
     # Every file of the fixture is the healthy seed-0 digits run, whatever it now holds.
     task = get_task("digits")

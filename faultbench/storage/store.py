@@ -18,6 +18,7 @@ write access: a read-only store that holds every run it is asked for works.
 
 from __future__ import annotations
 
+import copy
 import errno
 import fcntl
 import os
@@ -50,6 +51,11 @@ class Store:
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
         self.notes: list[str] = []  # problems met while reading, for the user to see
+        # Records already read, by file and its size and change time: a report reads
+        # each run once per diagnoser, and an attempt file, once written, never changes.
+        # Each caller gets its own copy, so a diagnoser that writes into a trace's
+        # arrays cannot change what the next one is given.
+        self._read_before: dict[tuple[Path, int, int], RunRecord] = {}
 
     def check(self) -> None:
         """Refuse a root that can never hold records: a file, or under one.
@@ -138,7 +144,10 @@ class Store:
 
     def _read(self, path: Path, spec: RunSpec | None = None) -> RunRecord | None:
         try:
-            record = RunRecord.from_dict(loads(path.read_bytes()))
+            stat = path.stat()
+            seen = (path, stat.st_size, stat.st_mtime_ns)
+            known = self._read_before.get(seen)
+            record = RunRecord.from_dict(loads(path.read_bytes())) if known is None else known
             if spec is not None and (record.spec != spec or record.key != spec.key()):
                 raise BrokenRecord(f"holds {record.spec.slug} seed {record.spec.seed}, misplaced")
         except (OSError, ValueError, TypeError, RecursionError) as exc:
@@ -146,7 +155,8 @@ class Store:
             # kept for inspection and never used.
             self.notes.append(f"ignored broken record {path}: {exc}")
             return None
-        return record
+        self._read_before[seen] = record
+        return copy.deepcopy(record)
 
     def _note_stale(self, spec: RunSpec) -> None:
         current = spec.key()
