@@ -56,6 +56,15 @@ class Store:
         # Each caller gets its own copy, so a diagnoser that writes into a trace's
         # arrays cannot change what the next one is given.
         self._read_before: dict[tuple[Path, int, int], RunRecord] = {}
+        self._keys: dict[RunSpec, str] = {}  # hashing a fault's code takes milliseconds
+
+    def key(self, spec: RunSpec) -> str:
+        """``spec.key()``, worked out once per spec for the life of this object (the code
+        it hashes does not change while a command runs)."""
+        known = self._keys.get(spec)
+        if known is None:
+            known = self._keys[spec] = spec.key()
+        return known
 
     def check(self) -> None:
         """Refuse a root that can never hold records: a file, or under one.
@@ -100,7 +109,7 @@ class Store:
 
     def lock(self, spec: RunSpec) -> KeyLock:
         """The lock of ``spec``'s key (not yet acquired)."""
-        return KeyLock(self.spec_dir(spec) / spec.key() / ".lock")
+        return KeyLock(self.spec_dir(spec) / self.key(spec) / ".lock")
 
     def spec_dir(self, spec: RunSpec) -> Path:
         """The directory holding every code version's attempts at ``spec``."""
@@ -108,7 +117,7 @@ class Store:
 
     def attempts(self, spec: RunSpec) -> list[Path]:
         """Attempt files for the current code version of ``spec``, oldest first."""
-        return sorted((self.spec_dir(spec) / spec.key()).glob("*.json"))
+        return sorted((self.spec_dir(spec) / self.key(spec)).glob("*.json"))
 
     def load(self, spec: RunSpec, *, note: bool = True) -> RunRecord | None:
         """The newest valid successful attempt at ``spec``, or None.
@@ -148,7 +157,7 @@ class Store:
             seen = (path, stat.st_size, stat.st_mtime_ns)
             known = self._read_before.get(seen)
             record = RunRecord.from_dict(loads(path.read_bytes())) if known is None else known
-            if spec is not None and (record.spec != spec or record.key != spec.key()):
+            if spec is not None and (record.spec != spec or record.key != self.key(spec)):
                 raise BrokenRecord(f"holds {record.spec.slug} seed {record.spec.seed}, misplaced")
         except (OSError, ValueError, TypeError, RecursionError) as exc:
             # ValueError covers bad JSON, bad UTF-8 and BrokenRecord; the file is
@@ -159,7 +168,7 @@ class Store:
         return copy.deepcopy(record)
 
     def _note_stale(self, spec: RunSpec) -> None:
-        current = spec.key()
+        current = self.key(spec)
         stale = [p for p in self.spec_dir(spec).glob("*/") if p.name != current]
         if stale:
             self.notes.append(
