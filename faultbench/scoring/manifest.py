@@ -32,7 +32,9 @@ def _first_loss(t: Trace, c: RunConfig) -> float:
 
 
 def _final_loss(t: Trace, c: RunConfig) -> float:
-    return float(np.nanmean(t.loss[-20:])) / math.log(c.n_classes)
+    tail = t.loss[-20:]
+    tail = tail[~np.isnan(tail)]  # a run whose loss went NaN at the end has none: NaN, silently
+    return float(tail.mean()) / math.log(c.n_classes) if len(tail) else math.nan
 
 
 def _val_acc(t: Trace, c: RunConfig) -> float:
