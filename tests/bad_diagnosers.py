@@ -160,6 +160,19 @@ class Probing(_Base):
         return Diagnosis("healthy")
 
 
+class ProbesUntilStopped(_Base):
+    """Takes probe steps until its time limit stops it: how many is the machine's speed."""
+
+    name = "probes-until-stopped"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        assert run.probe is not None
+        X, y = run.probe.train_data(8)
+        model = run.probe.make_model()
+        while True:
+            run.probe.loss(model(X), y)
+
+
 class CrashesOnSeedZero(_Base):
     """Takes its process down on seed 0 and answers on every other seed."""
 

@@ -111,6 +111,23 @@ def test_one_worker_serves_every_diagnosis_and_probe_steps_come_back(
     assert [r.probe_steps for r in report.results] == [3, 4, 5]
 
 
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_stopped_diagnosis_counts_no_probe_steps(digits_grid, shared_store_root, isolate):
+    # How far it got before its limit depends on the machine, so the report
+    # (probe cost, results/) must not carry it.
+    report = evaluate(
+        bad.ProbesUntilStopped(),
+        "digits",
+        seeds=1,
+        conditions=ONE,
+        store=shared_store_root,
+        timeout=0.5,
+        isolate=isolate,
+    )
+    assert [(r.status, r.probe_steps) for r in report.results] == [("timeout", 0)]
+    assert report.mean_probe_steps == 0
+
+
 def test_timeout_leaves_no_alarm_behind(digits_grid, shared_store_root):
     before = signal.getsignal(signal.SIGALRM)
     evaluate(

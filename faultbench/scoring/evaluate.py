@@ -22,7 +22,7 @@ from faultbench.faults.fault import (
 )
 from faultbench.faults.grid import GridPoint, grid_points
 from faultbench.scoring import scores, summary
-from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
+from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, diagnosis_code
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.scoring.manifest import manifestation
@@ -37,6 +37,7 @@ from faultbench.training.engine import Engine
 __all__ = ["MIN_HEALTHY_REFERENCE", "Report", "RunResult", "coverage", "evaluate", "run_for"]
 
 MIN_HEALTHY_REFERENCE = 3  # healthy seeds trained for a grid that has none of its own
+CLOCK_FREE = STORED_STATUSES  # outcomes that do not depend on the machine's speed
 
 
 @dataclass(frozen=True)
@@ -523,6 +524,9 @@ def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResul
     if not record.ok:
         return result
     outcome = diagnose.diagnose(record)
+    # How far a diagnosis stopped at its time limit got is a measurement of the
+    # machine, not of the diagnoser: its probe steps are not counted.
+    steps = outcome.probe_steps if outcome.status in CLOCK_FREE else 0
     return replace(
         result,
         predicted=outcome.label,
@@ -531,7 +535,7 @@ def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResul
         confidence=outcome.confidence,
         evidence=outcome.evidence,
         message=outcome.message,
-        probe_steps=outcome.probe_steps,
+        probe_steps=steps,
         diagnose_seconds=outcome.seconds,
         train_steps=record.config.steps if record.config else 0,
     )
