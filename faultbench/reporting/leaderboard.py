@@ -165,6 +165,7 @@ def _figure(frame: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    plotted = False
     for name in dict.fromkeys(frame["diagnoser"]):
         by_level = scores.identification(frame[frame["diagnoser"] == name])["by_level"]
         present = [lv for lv in LEVELS if lv in by_level and by_level[lv].n]
@@ -174,10 +175,16 @@ def _figure(frame: pd.DataFrame, path: Path) -> None:
         low = [by_level[lv].value - by_level[lv].low for lv in present]
         high = [by_level[lv].high - by_level[lv].value for lv in present]
         ax.errorbar(present, values, yerr=[low, high], marker="o", capsize=3, label=name)
+        plotted = True
     ax.set_xlabel("severity level")
     ax.set_ylabel("identification recall (95% Wilson)")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize="small", ncol=2)
+    if plotted:
+        ax.legend(fontsize="small", ncol=2)
+    else:  # e.g. a report of the classic grid only: no run has a severity level
+        ax.text(
+            0.5, 0.5, "no run at a calibrated level was scored", ha="center", transform=ax.transAxes
+        )
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120, metadata={"Software": None})  # no version stamp: stable bytes
