@@ -144,6 +144,8 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--grids", ",".join(args.grids)]
     for name in args.full_grid_task or []:
         parts += ["--full-grid-task", name]
+    if args.timeout != DEFAULT_TIMEOUT:  # a shorter limit than make report's can change scores
+        parts += ["--timeout", f"{args.timeout:g}"]
     if args.allow_dirty:
         parts.append("--allow-dirty")
     return shlex.join(parts)
