@@ -198,29 +198,29 @@ def _digits_levels() -> list[Level]:
     return [lv for lv in load_levels() if lv.task == "digits"]
 
 
-def _checked_digits_levels() -> list[Level]:
-    """The digits levels the manifestation test trains and checks: all but the starved
-    loader's. Its signal is a wall-clock share: under a loaded test run (xdist beside
-    other jobs) the mild 0.25x wait was seen in 0 of 3 seeds. The calibration checks it on
-    a quiet machine, not here (an open point of the grid issue); and its severe level
-    waits 50x a step, the slowest runs of the fixture, so they are not trained either."""
-    return [lv for lv in _digits_levels() if not lv.variant.startswith("starved_loader")]
-
-
 def test_levels_file_holds_only_known_knob_variants() -> None:
     assert {lv.variant for lv in _digits_levels()} <= set(knob_variants(DIGITS))
     assert all(lv.variant.partition(".")[0] in FAULTS.names() for lv in load_levels())
 
 
+#: Healthy seeds the levels' runs are compared with: the grid's five. The starved loader's
+#: signal is a wall-clock share, noisier in a loaded test run than where it was calibrated;
+#: with three healthy runs the prediction interval (t with 2 df, Bonferroni) is so wide
+#: that its mild level could hide in that noise.
+HEALTHY_SEEDS = 5
+
+
 @pytest.fixture(scope="module")
 def level_runs(shared_store_root: Path):
-    """The checked digits levels and healthy, on the scored seeds 0..2 (not the calibration's)."""
+    """Every digits level on the scored seeds 0..2 (not the calibration's), and healthy."""
     from faultbench.faults.fault import Condition, condition
 
-    levels = _checked_digits_levels()
-    conds = [Condition()] + [condition((lv.variant, lv.severity)) for lv in levels]
-    specs = [
-        RunSpec("digits", DIGITS.fingerprint, c, s) for c in conds for s in range(SIGNAL_SEEDS)
+    levels = _digits_levels()
+    specs = [RunSpec("digits", DIGITS.fingerprint, Condition(), s) for s in range(HEALTHY_SEEDS)]
+    specs += [
+        RunSpec("digits", DIGITS.fingerprint, condition((lv.variant, lv.severity)), s)
+        for lv in levels
+        for s in range(SIGNAL_SEEDS)
     ]
     found = ensure_records(specs, DIGITS, store=Store(shared_store_root), engine=LocalEngine(2))
     return {(spec.condition, spec.seed): record for spec, record, _ in found}
@@ -232,10 +232,10 @@ def test_each_digits_level_manifests_and_effect_grows(level_runs) -> None:
 
     healthy = [
         (level_runs[(Condition(), s)].trace, level_runs[(Condition(), s)].config)
-        for s in range(SIGNAL_SEEDS)
+        for s in range(HEALTHY_SEEDS)
     ]
     by_variant: dict[str, dict[str, float]] = {}
-    for lv in _checked_digits_levels():
+    for lv in _digits_levels():
         cond = condition((lv.variant, lv.severity))
         runs = [level_runs[(cond, s)] for s in range(SIGNAL_SEEDS)]
         shown = [not r.ok or manifestation(r.trace, r.config, healthy).visible for r in runs]

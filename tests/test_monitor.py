@@ -193,7 +193,7 @@ def test_a_shared_parameter_belongs_to_its_first_module() -> None:
     second = nn.Linear(4, 4)
     second.weight = first.weight  # tied
     model = nn.Sequential(first, nn.ReLU(), second)
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     assert monitor.trace().weight_count == {"0": 20, "2": 4}
 
 
@@ -217,7 +217,7 @@ def test_classes_and_widths_come_from_what_the_model_outputs(
 def test_classes_do_not_come_from_the_last_linear_layer() -> None:
     # Two heads of 3 classes each out of one Linear layer of 6 outputs.
     model = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 6), nn.Unflatten(1, (2, 3)))
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     assert model(torch.randn(4, 2)).shape == (4, 2, 3)
     assert monitor.config().n_classes == 3
     assert monitor.config().layer_widths == (2, 8, 6)
@@ -225,7 +225,7 @@ def test_classes_do_not_come_from_the_last_linear_layer() -> None:
 
 def test_a_one_channel_bottleneck_shows_in_the_widths() -> None:
     model = nn.Sequential(nn.Conv2d(3, 1, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(16, 10))
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     model(torch.randn(2, 3, 4, 4))
     assert monitor.config().layer_widths == (3, 1, 10)
 
@@ -246,7 +246,7 @@ def test_activation_modules_are_measured_on_their_outputs(blocks: str) -> None:
     with torch.no_grad():
         model[4].weight.mul_(30.0)  # drive the Sigmoid into saturation
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    monitor = Monitor(model, optimizer)
+    monitor = Monitor(model, optimizer, every=1)
     x, y = torch.randn(32, 6) - 0.5, torch.randint(0, 3, (32,))
     want: dict[str, list[float]] = {k: [] for k in ("1", "3", "5", "7", "abs1", "abs5", "dead")}
     for _ in range(7):
@@ -294,7 +294,7 @@ def test_a_functional_activation_is_not_seen() -> None:
             return F.relu(self.fc(x))
 
     model = Functional()
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     model(torch.randn(4, 3)).sum().backward()
     monitor.step(0.0)
     t = monitor.trace()
@@ -318,6 +318,23 @@ def test_every_k_records_the_same_numbers_on_fewer_steps(every: int, blocks: str
     np.testing.assert_allclose(b.nonpositive_share["2"], a.nonpositive_share["2"][recorded])
 
 
+def test_by_default_the_statistics_are_recorded_every_tenth_step() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, optimizer)
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    for _ in range(25):
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        monitor.step(loss)
+    t = monitor.trace()
+    assert t.stat_steps.tolist() == [0, 10, 20] and t.steps == 25 and len(t.loss) == 25
+    assert all(len(v) == 3 for v in t.grad_norm.values()) and len(t.inactive_share) == 3
+
+
 @pytest.mark.parametrize("every", [0, -1, 1.5, True])
 def test_every_must_be_a_whole_number_of_steps(every: object) -> None:
     model = nn.Linear(2, 2)
@@ -331,7 +348,7 @@ def test_never_got_a_gradient_counts_weights_whose_gradient_was_always_zero() ->
     frozen = nn.Linear(2, 2).requires_grad_(False)  # never gets a gradient at all
     model.add_module("unused", frozen)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    monitor = Monitor(model, optimizer)
+    monitor = Monitor(model, optimizer, every=1)
     x = torch.randn(16, 5)
     x[:, 1] = 0.0  # a dead input: its weights never get a gradient
     for _ in range(4):
@@ -349,7 +366,7 @@ def test_never_got_a_gradient_counts_weights_whose_gradient_was_always_zero() ->
 
 def test_step_keeps_the_training_accuracy_with_soft_targets_too() -> None:
     model = nn.Linear(3, 4)
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     out = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0]])
     monitor.step(0.5, out, F.one_hot(torch.tensor([0, 2]), 4).float())
     monitor.step(0.5)  # no output: no accuracy for this step
@@ -359,7 +376,7 @@ def test_step_keeps_the_training_accuracy_with_soft_targets_too() -> None:
 
 def test_step_refuses_outputs_and_targets_that_do_not_match() -> None:
     model = nn.Linear(3, 4)
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     with pytest.raises(FaultbenchError, match=re.escape("target of shape (5, 2); expected")):
         monitor.step(0.0, torch.zeros(5, 4), torch.zeros(5, 2, dtype=torch.long))
     with pytest.raises(FaultbenchError, match="expected both as tensors"):
@@ -368,7 +385,7 @@ def test_step_refuses_outputs_and_targets_that_do_not_match() -> None:
 
 def test_a_loss_must_have_one_element() -> None:
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     out = model(torch.randn(5, 4))
     monitor.step(out.sum().reshape(1))  # one element, any shape: fine
     with pytest.raises(RuntimeError):
@@ -381,7 +398,7 @@ def _hooks(model: nn.Module) -> int:
 
 def test_closing_the_monitor_removes_every_hook() -> None:
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3), nn.Sigmoid())
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     assert _hooks(model) > 0
     monitor.close()
     assert _hooks(model) == 0
@@ -392,7 +409,7 @@ def test_closing_the_monitor_removes_every_hook() -> None:
 @pytest.mark.parametrize("clone", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))])
 def test_a_copy_of_a_monitored_model_is_not_monitored(clone) -> None:  # type: ignore[no-untyped-def]
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
-    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
     other = clone(model)
     x = torch.randn(5, 4)
     torch.testing.assert_close(other(x), model(x))
@@ -407,7 +424,7 @@ def test_the_monitor_leaves_the_parameters_where_they_are() -> None:
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
     where = [p.data_ptr() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    monitor = Monitor(model, optimizer)
+    monitor = Monitor(model, optimizer, every=1)
     for _ in range(3):
         loss = model(torch.randn(5, 4)).sum()
         optimizer.zero_grad()
@@ -423,7 +440,7 @@ def test_other_dtypes_are_recorded(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).to(dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    monitor = Monitor(model, optimizer)
+    monitor = Monitor(model, optimizer, every=1)
     x, y = torch.randn(16, 4, dtype=dtype), torch.randint(0, 3, (16,))
     expected = []
     for _ in range(6):

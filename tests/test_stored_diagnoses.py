@@ -74,3 +74,50 @@ def test_answers_that_depend_on_the_clock_are_not_stored(tmp_path: Path, status:
     kept = dataclasses.replace(Outcome("ok", "dead_units", 0.9, {"share": 0.5}), seconds=0.25)
     cache.save(record, kept)
     assert cache.load(record) == kept
+
+
+def test_the_code_key_covers_the_diagnosers_and_data_sets_but_not_the_cli() -> None:
+    # The diagnosers and data sets are installed from folders of their own: an edit to a
+    # rule must change the key, or the answer of the rule before it would be read back.
+    import faultbench.datasets.digits
+    import faultbench.diagnosers.rules
+    from faultbench.scoring.cache import source_files
+
+    files = set(source_files().values())
+    assert Path(faultbench.diagnosers.rules.__file__).resolve() in files
+    assert Path(faultbench.datasets.digits.__file__).resolve() in files
+    assert Path(faultbench.scoring.evaluate.__file__).resolve() in files
+    assert not any("cli" in p.parts or "reporting" in p.parts for p in files)
+    assert len(files) == len(source_files())  # no file twice under two names
+
+
+def test_learned_is_not_fitted_when_every_answer_is_stored(
+    shared_store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its forest trains on 100 digits runs: the suite's shared store has them.
+    from faultbench.diagnosers.learned import LearnedDiagnoser
+
+    first = evaluate("learned", "digits", store=shared_store_root, **GRID)
+    monkeypatch.setattr(LearnedDiagnoser, "prepare", _refuse)
+    monkeypatch.setattr(LearnedDiagnoser, "diagnose", _refuse)
+    again = evaluate("learned", "digits", store=shared_store_root, **GRID)
+    assert again.results == first.results
+
+
+def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faultbench.reporting.ahead import Evaluation, diagnose_ahead, train_all
+    from faultbench.training.engine import LocalEngine
+
+    evaluations = [Evaluation("rules", "digits", "classic", 1)]
+    store, engine = Store(tmp_path), LocalEngine(2)
+    try:
+        trained = train_all(evaluations, store, engine)
+        diagnose_ahead(evaluations, store, engine, timeout=60, isolate=None)
+    finally:
+        engine.close()
+    monkeypatch.setattr(RulesDiagnoser, "diagnose", _refuse)  # nothing may be asked here
+    report = evaluate("rules", "digits", seeds=1, grid="classic", store=tmp_path, progress=False)
+    assert report.trained == 0 and trained == len(report.results) == 10
+    assert {r.status for r in report.results} == {"ok"}

@@ -20,6 +20,12 @@ from faultbench.faults.fault import Severity, Variant
 from faultbench.faults.recipe import Batch, Recipe
 
 CALIBRATION_STEPS = 20  # steps a starved loader times before it starts to starve the loop
+# The knob's range ends at the canonical 5x a step: the signal is the share of
+# each step spent waiting, m / (1 + m), 0.83 at 5x, and beyond it the share
+# barely moves (0.98 at 50x) while every multiple adds a step's worth of waiting
+# to each run. A sweep to 50x made the starved loader two thirds of a cold
+# `make report`'s training; "severe" is where the sweep ends, so 5x is severe.
+MOST_WAITING, LEAST_WAITING = 5.0, 0.2
 
 
 # -- starved_loader ------------------------------------------------------------
@@ -121,13 +127,17 @@ STARVED_LOADER: tuple[Variant, ...] = (
         "the loader pauses for every batch (a remote disk, a slow decode on the main thread)",
         "loader",
         _pause,
-        Severity(5.0, 0.25, 50.0, "wait per batch, as a multiple of the run's compute per step"),
+        Severity(
+            5.0, LEAST_WAITING, MOST_WAITING, "wait per batch, in multiples of the compute per step"
+        ),
     ),
     Variant(
         "slow_dataset",
         "a torch `DataLoader` (no workers) over a `Dataset` whose `__getitem__` is slow",
         "loader",
         _slow_dataset,
-        Severity(5.0, 0.25, 50.0, "work per batch, as a multiple of the run's compute per step"),
+        Severity(
+            5.0, LEAST_WAITING, MOST_WAITING, "work per batch, in multiples of the compute per step"
+        ),
     ),
 )

@@ -38,7 +38,7 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.scoring.diagnosis import Diagnoser
 from faultbench.scoring.run import Probe
 from faultbench.tools.doctor import DoctorReport, doctor
-from faultbench.training.monitor import Monitor
+from faultbench.training.monitor import DEFAULT_EVERY, Monitor
 
 __all__ = ["FaultbenchCallback"]
 
@@ -52,7 +52,8 @@ class FaultbenchCallback(pl.Callback):
         probe: Lets the diagnoser and the doctor's memorization check retrain
             the model (see :meth:`faultbench.Probe.from_user`); without one only
             the passive checks run.
-        every: Passed to the Monitor: record per-layer statistics every ``every`` steps.
+        every: Passed to the Monitor: record the per-layer and activation statistics every
+            ``every`` steps (the Monitor's default, 10).
         show: Print the report when training ends (on the main process only).
 
     After ``fit``: ``monitor`` holds the Monitor (its ``trace()`` and
@@ -64,7 +65,7 @@ class FaultbenchCallback(pl.Callback):
         diagnoser: str | Diagnoser = "rules",
         *,
         probe: Probe | None = None,
-        every: int = 1,
+        every: int = DEFAULT_EVERY,
         show: bool = True,
     ) -> None:
         self.diagnoser = diagnoser

@@ -24,6 +24,7 @@ import pandas as pd
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import FAULTS, HEALTHY, condition_names
+from faultbench.faults.levels import LEVELS_FILE
 from faultbench.reporting.report import Grid, fmt, spread
 from faultbench.scoring.evaluate import Report
 from faultbench.tasks.task import get_task
@@ -150,7 +151,9 @@ def source_root() -> Path | None:
 
 
 def git_state(root: Path | None, *, out: Path | None = None) -> tuple[str, list[str]]:
-    """The commit checked out at ``root`` and its changed tracked files (``out`` excluded).
+    """The commit checked out at ``root`` and its changed tracked files, except ``out`` and
+    the severity levels file: ``make report`` writes both (``faultbench calibrate``
+    rewrites the levels before the report reads them), and commits them together.
 
     Returns:
         ("unknown (not a git checkout)", []) when ``root`` is None or not in git.
@@ -158,8 +161,9 @@ def git_state(root: Path | None, *, out: Path | None = None) -> tuple[str, list[
     if root is None:
         return "unknown (not a git checkout)", []
     spec = ["--", "."]
-    if out is not None and out.resolve().is_relative_to(root.resolve()):
-        spec.append(f":(exclude){out.resolve().relative_to(root.resolve())}")
+    for output in (out, LEVELS_FILE):  # what make report writes: results/ and the levels
+        if output is not None and output.resolve().is_relative_to(root.resolve()):
+            spec.append(f":(exclude){output.resolve().relative_to(root.resolve())}")
     try:
         rev = _git(root, "rev-parse", "HEAD").strip()
         status = _git(root, "status", "--porcelain", "--untracked-files=no", *spec)

@@ -27,6 +27,7 @@ store that cannot be written (read-only) is read from and nothing is stored.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import tempfile
 from dataclasses import asdict, dataclass
@@ -54,21 +55,37 @@ LIBRARIES = (
     "weightwatcher",
     "torch-lr-finder",
 )
+#: The packages a diagnosis runs through: the library, its data sets and its diagnosers
+#: (the last two are installed from their own folders, datasets/ and diagnosers/).
+SOURCES = ("faultbench", "faultbench.datasets", "faultbench.diagnosers")
 #: Parts of the package no diagnosis runs through (what is shown, not what is computed).
 NOT_DIAGNOSIS = ("cli", "reporting")
 
 
+def source_files() -> dict[str, Path]:
+    """Every source file a diagnosis can run through, by its module path
+    (``faultbench.diagnosers/rules.py``), from where the packages were imported."""
+    files: dict[str, Path] = {}
+    for name in SOURCES:
+        for folder in importlib.import_module(name).__path__:
+            root = Path(folder).resolve()
+            for path in root.rglob("*.py"):
+                relative = path.relative_to(root)
+                if name == "faultbench" and (
+                    relative.parts[0] in NOT_DIAGNOSIS or f"{name}.{relative.parts[0]}" in SOURCES
+                ):
+                    continue  # not a diagnosis's, or hashed as its own package
+                files.setdefault(f"{name}/{relative.as_posix()}", path.resolve())
+    return dict(sorted(files.items()))
+
+
 @cache
 def diagnosis_code() -> str:
-    """Hash of every source file of the installed package except ``NOT_DIAGNOSIS``, and
-    of the versions of ``LIBRARIES``: what a shipped diagnoser's answer can depend on."""
-    package = Path(__file__).resolve().parents[1]
+    """Hash of :func:`source_files` and of the versions of ``LIBRARIES``: what a
+    shipped diagnoser's answer can depend on."""
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        relative = path.relative_to(package)
-        if relative.parts[0] in NOT_DIAGNOSIS:
-            continue
-        digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
+    for relative, path in source_files().items():
+        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
     for name in LIBRARIES:
         try:
             version = metadata.version(name)

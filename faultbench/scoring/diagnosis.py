@@ -73,6 +73,11 @@ def is_diagnoser(obj: object) -> bool:
     )
 
 
+def ships_with_faultbench(diagnoser: Diagnoser) -> bool:
+    """Whether ``diagnoser``'s class is one of the diagnosers faultbench ships."""
+    return type(diagnoser).__module__.split(".")[:2] == ["faultbench", "diagnosers"]
+
+
 def get_diagnoser(diagnoser: str | Diagnoser) -> Diagnoser:
     """Resolve a diagnoser object, a registered name, or ``module:Class``.
 

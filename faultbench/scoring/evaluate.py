@@ -23,9 +23,9 @@ from faultbench.faults.fault import (
 from faultbench.faults.grid import GridPoint, grid_points
 from faultbench.scoring import scores, summary
 from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, diagnosis_code
-from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser
+from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser, ships_with_faultbench
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
-from faultbench.scoring.manifest import manifestation
+from faultbench.scoring.manifest import Manifestation, manifestation
 from faultbench.scoring.summary import coverage
 from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunRecord, RunSpec
@@ -372,12 +372,13 @@ def evaluate(
     where = {point.condition: point for point in points}
     in_worker, note = wants_worker(diag, isolate)
     stored = _stored_answers(diagnoser, diag, the_store)
-    with _diagnoser_for(diag, the_task, timeout, in_worker) as diagnose:
+    answered = stored is not None and _all_answered(specs, the_store, stored)
+    with _diagnoser_for(diag, the_task, timeout, in_worker and not answered) as diagnose:
         if stored is not None:
             diagnose = _Stored(diagnose, stored)
         prepare = getattr(diag, "prepare", None)
-        if callable(prepare):  # e.g. fit a learned model: not part of any one diagnosis's time
-            prepare(store=the_store, engine=engine)
+        if callable(prepare) and not answered:  # e.g. fit a learned model: not part of any
+            prepare(store=the_store, engine=engine)  # one diagnosis's time
         diagnose.start()  # a worker process loads the prepared diagnoser before any training
         scored, trained = [], 0
         for spec, record, fresh in ensure_records(
@@ -455,10 +456,19 @@ class _InProcess:
 def _stored_answers(asked: str | Diagnoser, diag: Diagnoser, store: Store) -> DiagnosisCache | None:
     """Where ``diag``'s answers are stored, if they can be (see :mod:`faultbench.scoring.cache`):
     a diagnoser that ships with faultbench, asked for by its registered name."""
-    shipped = type(diag).__module__.split(".")[:2] == ["faultbench", "diagnosers"]
-    if not (isinstance(asked, str) and ":" not in asked and shipped):
+    if not (isinstance(asked, str) and ":" not in asked and ships_with_faultbench(diag)):
         return None
     return DiagnosisCache(store, diag.name, diagnosis_code())
+
+
+def _all_answered(specs: Sequence[RunSpec], store: Store, stored: DiagnosisCache) -> bool:
+    """Whether every run is stored and has a stored answer: then nothing will be diagnosed,
+    so nothing needs preparing (a learned diagnoser's fit) or starting (a worker)."""
+    for spec in specs:
+        record = store.load(spec, note=False, copy=False)
+        if record is None or (record.ok and stored.load(record) is None):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -546,12 +556,24 @@ def _with_manifestation(
 ) -> list[RunResult]:
     """Each result beside the record it scored (same order): did its fault show?"""
     reference = [(r.trace, r.config) for r in healthy if r.ok and r.trace and r.config]
+    attempts = tuple(r.attempt for r in healthy if r.ok and r.trace and r.config)
+    against = attempts if all(attempts) else None
     out = []
     for result, record in zip(results, records, strict=True):
         if result.condition == HEALTHY or not record.ok:
             out.append(result)
             continue
         assert record.trace is not None and record.config is not None
-        seen = manifestation(record.trace, record.config, reference)
+        key = (record.attempt, against) if record.attempt and against is not None else None
+        seen = _MANIFESTED.get(key) if key else None
+        if seen is None:
+            seen = manifestation(record.trace, record.config, reference)
+            if key:
+                _MANIFESTED[key] = seen
         out.append(replace(result, manifested=seen.visible, deviations=seen.deviations))
     return out
+
+
+#: (run's attempt id, healthy runs' attempt ids) -> whether its fault showed. A report
+#: scores every diagnoser on the same runs; an attempt id names one record for good.
+_MANIFESTED: dict[tuple[str, tuple[str, ...]], Manifestation] = {}

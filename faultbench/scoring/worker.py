@@ -33,7 +33,7 @@ from typing import Any
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import labels
-from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser
+from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, ships_with_faultbench
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
@@ -252,7 +252,7 @@ def wants_worker(diagnoser: Diagnoser, isolate: bool | None) -> tuple[bool, str]
     module = type(diagnoser).__module__
     if isolate is False:
         return False, ""
-    if isolate is None and module.split(".")[:2] == ["faultbench", "diagnosers"]:
+    if isolate is None and ships_with_faultbench(diagnoser):
         return False, ""
     if module == "__main__":
         if isolate:

@@ -18,13 +18,13 @@ write access: a read-only store that holds every run it is asked for works.
 
 from __future__ import annotations
 
-import copy
 import errno
 import fcntl
 import os
 import secrets
 import socket
 import tempfile
+from copy import deepcopy
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -119,19 +119,21 @@ class Store:
         """Attempt files for the current code version of ``spec``, oldest first."""
         return sorted((self.spec_dir(spec) / self.key(spec)).glob("*.json"))
 
-    def load(self, spec: RunSpec, *, note: bool = True) -> RunRecord | None:
+    def load(self, spec: RunSpec, *, note: bool = True, copy: bool = True) -> RunRecord | None:
         """The newest valid successful attempt at ``spec``, or None.
 
         Unreadable, truncated, old-schema or misplaced files are skipped and
         noted with their path (unless ``note`` is False, for a second look at
         the same spec); failed attempts are kept but not used; records of other
-        code versions are noted as stale. None means "train again".
+        code versions are noted as stale. None means "train again". The record
+        is a copy of the one kept in memory, unless ``copy`` is False: then it
+        is that one, for a caller that only looks (and must not change it).
         """
         notes = len(self.notes)
         found: RunRecord | None = None
         broken = failed = 0
         for path in self.attempts(spec):
-            record = self._read(path, spec)
+            record = self._read(path, spec, copy=copy)
             if record is None:
                 broken += 1
             elif record.ok:
@@ -151,7 +153,9 @@ class Store:
             del self.notes[notes:]
         return found
 
-    def _read(self, path: Path, spec: RunSpec | None = None) -> RunRecord | None:
+    def _read(
+        self, path: Path, spec: RunSpec | None = None, *, copy: bool = True
+    ) -> RunRecord | None:
         try:
             stat = path.stat()
             seen = (path, stat.st_size, stat.st_mtime_ns)
@@ -165,7 +169,7 @@ class Store:
             self.notes.append(f"ignored broken record {path}: {exc}")
             return None
         self._read_before[seen] = record
-        return copy.deepcopy(record)
+        return deepcopy(record) if copy else record
 
     def _note_stale(self, spec: RunSpec) -> None:
         current = self.key(spec)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from faultbench.training.monitor import Monitor
+from faultbench.training.monitor import DEFAULT_EVERY, Monitor
 
 WIDTH = 8  # channels of the first block; each later block doubles them
 SIDE = 16  # images are SIDE x SIDE, 3 channels
@@ -59,9 +59,11 @@ def small_resnet() -> nn.Sequential:
     )
 
 
-def train_resnet(steps: int, *, monitored: bool, seed: int = 0) -> Monitor | None:
+def train_resnet(
+    steps: int, *, monitored: bool, seed: int = 0, every: int = DEFAULT_EVERY
+) -> Monitor | None:
     """Train the small ResNet for ``steps`` steps; with a Monitor in the loop's three lines
-    (its trace read at the end, as a user would), or bare."""
+    (its trace read at the end, as a user would; ``every`` is the Monitor's), or bare."""
     torch.manual_seed(seed)
     model = small_resnet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -70,7 +72,7 @@ def train_resnet(steps: int, *, monitored: bool, seed: int = 0) -> Monitor | Non
         for _ in range(DISTINCT_BATCHES)
     ]
     stream = [batches[i % DISTINCT_BATCHES] for i in range(steps)]
-    monitor = Monitor(model, optimizer) if monitored else None
+    monitor = Monitor(model, optimizer, every=every) if monitored else None
     for xb, yb in monitor.batches(stream) if monitor else stream:
         out = model(xb)
         loss = F.cross_entropy(out, yb)

@@ -40,7 +40,9 @@ class TrainResult:
     seconds: float  # wall time of the loop, evaluations included
 
 
-def train(recipe: Recipe, *, record: bool = True, evaluate: bool | None = None) -> TrainResult:
+def train(
+    recipe: Recipe, *, record: bool = True, evaluate: bool | None = None, every: int = 1
+) -> TrainResult:
     """Train one run. ``record=False`` is the bare loop the benchmark compares against.
 
     The same recipe trains to the same numbers on any machine with the same
@@ -48,13 +50,16 @@ def train(recipe: Recipe, *, record: bool = True, evaluate: bool | None = None) 
     (initialization, batch order, dropout, a fault's own) seeded from
     ``recipe.seed``. ``evaluate`` (default: as ``record``) runs the periodic
     evaluations even without a monitor, which lets the benchmark price them apart.
+    ``every`` is the Monitor's: the benchmark records every step (1), so each
+    diagnoser is scored on the whole of every series; ``faultbench bench`` also
+    prices the Monitor's own default.
     """
     evaluate = record if evaluate is None else evaluate
     with _reproducible():
         start = time.perf_counter()
         model = build_model(recipe)  # seeds torch's generator: dropout draws from it too
         optimizer = recipe.make_optimizer(recipe.param_groups(model, recipe), recipe)
-        monitor = Monitor(model, optimizer) if record else None
+        monitor = Monitor(model, optimizer, every=every) if record else None
         stream = recipe.loader(recipe)
         batches = monitor.batches(stream) if monitor else stream
         loss_fn, clear, clip, update = recipe.loss, recipe.clear, recipe.clip, recipe.update

@@ -190,7 +190,7 @@ def generate(
     """
     import pandas as pd
 
-    from faultbench.reporting import calibration, figures, leaderboard, provenance, report
+    from faultbench.reporting import ahead, calibration, figures, leaderboard, provenance, report
     from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
 
@@ -206,14 +206,24 @@ def generate(
             isolate=isolate,
         )
 
+    full_tasks = (full_tasks or tasks) if "full" in scored_grids else ()
+    evaluations = [
+        ahead.Evaluation(name, task, grid, seeds_for(name, seeds))
+        for grid, grid_tasks in (("classic", tasks), ("full", full_tasks))
+        for task in grid_tasks
+        for name in diagnosers
+    ]
+    trained = 0
+    if engine is not None:  # train everything at once, then diagnose on every worker
+        trained = ahead.train_all(evaluations, store, engine)
+        ahead.diagnose_ahead(evaluations, store, engine, timeout=timeout, isolate=isolate)
     reports: list[Report] = []
     grids: dict[str, report.Grid] = {}
     for task in tasks:
         reports += [score(name, task, "classic") for name in diagnosers]
         grids[task] = report.load_grid(task, seeds, store)
-    full_tasks = (full_tasks or tasks) if "full" in scored_grids else ()
     full = [score(name, task, "full") for task in full_tasks for name in diagnosers]
-    trained = sum(r.trained for r in [*reports, *full])
+    trained += sum(r.trained for r in [*reports, *full])
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)

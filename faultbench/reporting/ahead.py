@@ -1,0 +1,121 @@
+"""Diagnose a report's runs ahead of it, on the engine's workers.
+
+A report scores every diagnoser on every task and grid, one evaluation after
+another in one process: on a store without answers that is most of a cold
+``make report``, on one core. The answers of a shipped diagnoser asked for by
+name are stored (:mod:`faultbench.scoring.cache`), so the report can first hand
+each (diagnoser, task, grid) evaluation to a worker, which diagnoses and stores
+the answers, and then run the same evaluations in order, reading them back: the
+report's numbers are the same as without this step (the stored answer *is* the
+answer), only made on all cores.
+
+Every run is trained before the workers start (one batch on the engine, so no
+two workers train the same run), and a learned diagnoser's own training runs
+too. A worker that cannot store its answers (a Dask worker on another machine
+with a store of its own) costs time, never a wrong number: what is not stored is
+diagnosed again by the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from faultbench.faults.grid import grid_points
+from faultbench.scoring.diagnosis import get_diagnoser, ships_with_faultbench
+from faultbench.storage.records import RunSpec
+from faultbench.storage.runner import ensure_records
+from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task
+from faultbench.training.engine import Engine
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation of a report: what :func:`faultbench.scoring.evaluate.evaluate` is asked."""
+
+    diagnoser: str  # a registered name
+    task: str
+    grid: str  # "classic" or "full"
+    seeds: int
+
+
+@dataclass(frozen=True)
+class _Job:
+    """An evaluation as a worker gets it (the store by its folder: a Store does not travel)."""
+
+    evaluation: Evaluation
+    root: Path
+    timeout: float
+    isolate: bool | None
+
+
+def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -> int:
+    """Train every run the evaluations score that is not stored, in one batch on ``engine``,
+    and what the diagnosers need to prepare (a learned model's runs). Returns runs trained."""
+    trained = 0
+    by_task: dict[str, list[RunSpec]] = {}
+    for ev in evaluations:
+        task = get_task(ev.task)
+        specs = by_task.setdefault(ev.task, [])
+        for point in grid_points(task, ev.grid):
+            specs += [
+                RunSpec(task.name, task.fingerprint, point.condition, seed)
+                for seed in range(ev.seeds)
+            ]
+    for name, specs in by_task.items():
+        unique = list(dict.fromkeys(specs))
+        found = ensure_records(unique, get_task(name), store=store, engine=engine)
+        trained += sum(fresh for _, _, fresh in found)
+    for name in dict.fromkeys(ev.diagnoser for ev in evaluations):
+        prepare = getattr(get_diagnoser(name), "prepare", None)
+        if callable(prepare):
+            prepare(store=store, engine=engine)
+    return trained
+
+
+def diagnose_ahead(
+    evaluations: Sequence[Evaluation],
+    store: Store,
+    engine: Engine,
+    *,
+    timeout: float,
+    isolate: bool | None,
+) -> None:
+    """Have ``engine``'s workers diagnose (and store) every evaluation whose answers can be
+    stored, the slowest diagnosers first. Failures are left for the report to meet again."""
+    stored = [ev for ev in evaluations if ships_with_faultbench(get_diagnoser(ev.diagnoser))]
+    most = max((ev.seeds for ev in stored), default=0)
+    # Diagnosers scored on a subset of seeds are the ones with a costly probe: start them first.
+    stored.sort(key=lambda ev: (ev.seeds >= most, ev.grid == "classic"))
+    jobs = [_Job(ev, store.root, timeout, isolate) for ev in stored]
+    for _ in engine.map_unordered(_diagnose, jobs):
+        pass  # answers are in the store; an exception here is met again by the report
+
+
+def _diagnose(job: _Job) -> int:
+    from faultbench.scoring.evaluate import evaluate
+
+    ev = job.evaluation
+    report = evaluate(
+        ev.diagnoser,
+        ev.task,
+        seeds=ev.seeds,
+        grid=ev.grid,
+        store=_store(job.root),
+        timeout=job.timeout,
+        isolate=job.isolate,
+        progress=False,
+    )
+    return len(report.results)
+
+
+_STORES: dict[Path, Store] = {}
+
+
+def _store(root: Path) -> Store:
+    """One Store per folder in a worker: it keeps the records it has read for the next job."""
+    if root not in _STORES:
+        _STORES[root] = Store(root)
+    return _STORES[root]
