@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faultbench.faults.grid import grid_points
+from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
 from faultbench.scoring.diagnosis import get_diagnoser, ships_with_faultbench
 from faultbench.storage.records import RunSpec
 from faultbench.storage.runner import ensure_records
@@ -51,19 +52,22 @@ class _Job:
     isolate: bool | None
 
 
+def _specs(ev: Evaluation) -> list[RunSpec]:
+    task = get_task(ev.task)
+    return [
+        RunSpec(task.name, task.fingerprint, point.condition, seed)
+        for point in grid_points(task, ev.grid)
+        for seed in range(ev.seeds)
+    ]
+
+
 def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -> int:
     """Train every run the evaluations score that is not stored, in one batch on ``engine``,
     and what the diagnosers need to prepare (a learned model's runs). Returns runs trained."""
     trained = 0
     by_task: dict[str, list[RunSpec]] = {}
     for ev in evaluations:
-        task = get_task(ev.task)
-        specs = by_task.setdefault(ev.task, [])
-        for point in grid_points(task, ev.grid):
-            specs += [
-                RunSpec(task.name, task.fingerprint, point.condition, seed)
-                for seed in range(ev.seeds)
-            ]
+        by_task.setdefault(ev.task, []).extend(_specs(ev))
     for name, specs in by_task.items():
         unique = list(dict.fromkeys(specs))
         found = ensure_records(unique, get_task(name), store=store, engine=engine)
@@ -85,7 +89,13 @@ def diagnose_ahead(
 ) -> None:
     """Have ``engine``'s workers diagnose (and store) every evaluation whose answers can be
     stored, the slowest diagnosers first. Failures are left for the report to meet again."""
-    stored = [ev for ev in evaluations if ships_with_faultbench(get_diagnoser(ev.diagnoser))]
+    code = diagnosis_code()
+    stored = [
+        ev
+        for ev in evaluations
+        if ships_with_faultbench(get_diagnoser(ev.diagnoser))
+        and not DiagnosisCache(store, ev.diagnoser, code).answers_all(_specs(ev))
+    ]  # a rerun with every answer stored starts no worker at all
     most = max((ev.seeds for ev in stored), default=0)
     # Diagnosers scored on a subset of seeds are the ones with a costly probe: start them first.
     stored.sort(key=lambda ev: (ev.seeds >= most, ev.grid == "classic"))

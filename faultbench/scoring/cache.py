@@ -4,7 +4,8 @@ Diagnosing is most of a report's time (a probe trains, a tool replays the
 loop), and a shipped diagnoser is deterministic: the same code on the same
 record gives the same answer. So its answer is stored under a key made of the
 diagnoser's name, the code it ran (:func:`diagnosis_code`: every module of
-faultbench and its diagnosers, and the versions of the libraries they call)
+faultbench, its data sets and its diagnosers except those that only show or
+score answers, and the versions of the libraries they call)
 and the record's attempt id, and a later report reads it back instead of
 diagnosing again. A change to any of that code gives a new key, so a stale
 answer is never read.
@@ -30,6 +31,7 @@ import hashlib
 import importlib
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import metadata
@@ -39,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from faultbench.scoring.harness import Outcome
-from faultbench.storage.records import RunRecord, dumps, loads
+from faultbench.storage.records import RunRecord, RunSpec, dumps, loads
 from faultbench.storage.store import Store
 
 STORED_STATUSES = ("ok", "error")  # outcomes that do not depend on the clock
@@ -58,8 +60,16 @@ LIBRARIES = (
 #: The packages a diagnosis runs through: the library, its data sets and its diagnosers
 #: (the last two are installed from their own folders, datasets/ and diagnosers/).
 SOURCES = ("faultbench", "faultbench.datasets", "faultbench.diagnosers")
-#: Parts of the package no diagnosis runs through (what is shown, not what is computed).
-NOT_DIAGNOSIS = ("cli", "reporting")
+#: Parts of the package no diagnosis runs through: what is shown, and what is computed
+#: from the answers afterwards (scores, summaries, whether a fault showed, this store).
+NOT_DIAGNOSIS = (
+    "cli",
+    "reporting",
+    "scoring/scores.py",
+    "scoring/summary.py",
+    "scoring/manifest.py",
+    "scoring/cache.py",
+)
 
 
 def source_files() -> dict[str, Path]:
@@ -72,7 +82,9 @@ def source_files() -> dict[str, Path]:
             for path in root.rglob("*.py"):
                 relative = path.relative_to(root)
                 if name == "faultbench" and (
-                    relative.parts[0] in NOT_DIAGNOSIS or f"{name}.{relative.parts[0]}" in SOURCES
+                    relative.parts[0] in NOT_DIAGNOSIS
+                    or relative.as_posix() in NOT_DIAGNOSIS
+                    or f"{name}.{relative.parts[0]}" in SOURCES
                 ):
                     continue  # not a diagnosis's, or hashed as its own package
                 files.setdefault(f"{name}/{relative.as_posix()}", path.resolve())
@@ -110,11 +122,26 @@ class DiagnosisCache:
 
     def load(self, record: RunRecord) -> Outcome | None:
         """The stored answer on ``record``, or None (none stored, or unreadable)."""
+        path = self.path(record)
         try:
-            data = loads(self.path(record).read_text())
-            return Outcome(**{**data, "also": tuple(data["also"])})
+            stat = path.stat()
+            seen = (path, stat.st_size, stat.st_mtime_ns)
+            if seen not in _READ:
+                data = loads(path.read_text())
+                _READ[seen] = Outcome(**{**data, "also": tuple(data["also"])})
         except (OSError, ValueError, TypeError, KeyError):
             return None
+        return _READ[seen]
+
+    def answers_all(self, specs: Iterable[RunSpec]) -> bool:
+        """Whether every run of ``specs`` is stored and has a stored answer: then asking
+        for them diagnoses nothing, so nothing needs preparing (a learned diagnoser's fit)
+        or starting (a worker process)."""
+        for spec in specs:
+            record = self.store.load(spec, note=False, copy=False)
+            if record is None or self.load(record) is None:
+                return False
+        return True
 
     def save(self, record: RunRecord, outcome: Outcome) -> None:
         """Store ``outcome`` if it does not depend on the clock and the store can be written."""
@@ -132,6 +159,11 @@ class DiagnosisCache:
             os.replace(tmp, target)  # two processes storing the same answer: either one wins
         except OSError:
             Path(tmp).unlink(missing_ok=True)
+
+
+#: Answers read in this process, by file (path, size, change time): a report asks for
+#: each one twice (is everything answered, then the answer).
+_READ: dict[tuple[Path, int, int], Outcome] = {}
 
 
 def _plain(obj: Any) -> Any:

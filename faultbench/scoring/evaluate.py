@@ -372,7 +372,7 @@ def evaluate(
     where = {point.condition: point for point in points}
     in_worker, note = wants_worker(diag, isolate)
     stored = _stored_answers(diagnoser, diag, the_store)
-    answered = stored is not None and _all_answered(specs, the_store, stored)
+    answered = stored is not None and stored.answers_all(specs)
     with _diagnoser_for(diag, the_task, timeout, in_worker and not answered) as diagnose:
         if stored is not None:
             diagnose = _Stored(diagnose, stored)
@@ -459,16 +459,6 @@ def _stored_answers(asked: str | Diagnoser, diag: Diagnoser, store: Store) -> Di
     if not (isinstance(asked, str) and ":" not in asked and ships_with_faultbench(diag)):
         return None
     return DiagnosisCache(store, diag.name, diagnosis_code())
-
-
-def _all_answered(specs: Sequence[RunSpec], store: Store, stored: DiagnosisCache) -> bool:
-    """Whether every run is stored and has a stored answer: then nothing will be diagnosed,
-    so nothing needs preparing (a learned diagnoser's fit) or starting (a worker)."""
-    for spec in specs:
-        record = store.load(spec, note=False, copy=False)
-        if record is None or (record.ok and stored.load(record) is None):
-            return False
-    return True
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,6 +85,7 @@ class Share:
         return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] ({self.hits}/{self.n})"
 
 
+@cache  # a report asks for the same few counts thousands of times; binomtest is slow
 def wilson(hits: int, n: int) -> Share:
     """``hits`` out of ``n`` with its 95% Wilson score interval."""
     if n == 0:
