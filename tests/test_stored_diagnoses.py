@@ -121,3 +121,21 @@ def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
     report = evaluate("rules", "digits", seeds=1, grid="classic", store=tmp_path, progress=False)
     assert report.trained == 0 and trained == len(report.results) == 10
     assert {r.status for r in report.results} == {"ok"}
+
+    class Recording:  # an engine that keeps what it is handed
+        name = "recording"
+
+        def __init__(self) -> None:
+            self.items: list[object] = []
+
+        def map_unordered(self, fn, items):  # type: ignore[no-untyped-def]
+            self.items = list(items)
+            return iter(())
+
+        def close(self) -> None:
+            pass
+
+    again = Recording()
+    diagnose_ahead(evaluations, store, again, timeout=60, isolate=None)  # type: ignore[arg-type]
+    assert again.items == []  # every answer stored: no worker is handed anything
+    assert train_all(evaluations, store, again) == 0  # type: ignore[arg-type]
