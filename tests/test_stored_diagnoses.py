@@ -92,15 +92,19 @@ def test_the_code_key_covers_the_diagnosers_and_data_sets_but_not_the_cli() -> N
 
 
 def test_learned_is_not_fitted_when_every_answer_is_stored(
-    shared_store_root: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Its forest trains on 100 digits runs: the suite's shared store has them.
     from faultbench.diagnosers.learned import LearnedDiagnoser
 
-    first = evaluate("learned", "digits", store=shared_store_root, **GRID)
+    _score(tmp_path)  # trains the grid's three runs
+    # Its own training set is 100 digits runs; the grid's runs make a forest just as well here.
+    own = Store(tmp_path).records()
+    monkeypatch.setattr(LearnedDiagnoser, "training_records", lambda self: own)
+    first = evaluate("learned", "digits", store=tmp_path, **GRID)
+    assert {r.status for r in first.results} == {"ok"}
     monkeypatch.setattr(LearnedDiagnoser, "prepare", _refuse)
     monkeypatch.setattr(LearnedDiagnoser, "diagnose", _refuse)
-    again = evaluate("learned", "digits", store=shared_store_root, **GRID)
+    again = evaluate("learned", "digits", store=tmp_path, **GRID)
     assert again.results == first.results
 
 
