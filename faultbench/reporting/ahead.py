@@ -10,10 +10,10 @@ report's numbers are the same as without this step (the stored answer *is* the
 answer), only made on all cores.
 
 Every run is trained before the workers start (one batch on the engine, so no
-two workers train the same run), and a learned diagnoser's own training runs
-too. A worker that cannot store its answers (a Dask worker on another machine
-with a store of its own) costs time, never a wrong number: what is not stored is
-diagnosed again by the report.
+two workers train the same run), and so are a learned diagnoser's own training
+runs when it has anything left to diagnose. A worker that cannot store its
+answers (a Dask worker on another machine with a store of its own) costs time,
+never a wrong number: what is not stored is diagnosed again by the report.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def _specs(ev: Evaluation) -> list[RunSpec]:
 
 
 def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -> int:
-    """Train every run the evaluations score that is not stored, in one batch on ``engine``,
-    and what the diagnosers need to prepare (a learned model's runs). Returns runs trained."""
+    """Train every run the evaluations score that is not stored, in one batch per task on
+    ``engine``. Returns runs trained."""
     trained = 0
     by_task: dict[str, list[RunSpec]] = {}
     for ev in evaluations:
@@ -72,10 +72,6 @@ def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -
         unique = list(dict.fromkeys(specs))
         found = ensure_records(unique, get_task(name), store=store, engine=engine)
         trained += sum(fresh for _, _, fresh in found)
-    for name in dict.fromkeys(ev.diagnoser for ev in evaluations):
-        prepare = getattr(get_diagnoser(name), "prepare", None)
-        if callable(prepare):
-            prepare(store=store, engine=engine)
     return trained
 
 
@@ -96,6 +92,10 @@ def diagnose_ahead(
         if ships_with_faultbench(get_diagnoser(ev.diagnoser))
         and not DiagnosisCache(store, ev.diagnoser, code).answers_all(_specs(ev))
     ]  # a rerun with every answer stored starts no worker at all
+    for name in dict.fromkeys(ev.diagnoser for ev in stored):
+        prepare = getattr(get_diagnoser(name), "prepare", None)
+        if callable(prepare):  # a learned model's own runs, trained here on every worker
+            prepare(store=store, engine=engine)  # rather than inside one of them
     most = max((ev.seeds for ev in stored), default=0)
     # Diagnosers scored on a subset of seeds are the ones with a costly probe: start them first.
     stored.sort(key=lambda ev: (ev.seeds >= most, ev.grid == "classic"))
