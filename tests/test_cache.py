@@ -115,6 +115,8 @@ def test_fault_source_change_retrains_only_the_runs_it_affects(
     edited = property(lambda f: "edited" if f.name == "huge_inputs" else original(f))
     monkeypatch.setattr(Fault, "source_hash", edited)
     assert FAULTS.get("huge_inputs").source_hash == "edited"
+    # unremembered, as in a new process (the key remembers each condition's hash)
+    monkeypatch.setattr(faultbench.storage.records, "_faults_hash", lambda c: c.source_hash())
     second = evaluate(
         "always-healthy", "digits", seeds=1, conditions=conditions, store=Store(tmp_path)
     )

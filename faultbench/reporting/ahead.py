@@ -25,6 +25,7 @@ from pathlib import Path
 from faultbench.faults.grid import grid_points
 from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
 from faultbench.scoring.diagnosis import get_diagnoser, ships_with_faultbench
+from faultbench.scoring.evaluate import grid_specs
 from faultbench.storage.records import RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -54,11 +55,7 @@ class _Job:
 
 def _specs(ev: Evaluation) -> list[RunSpec]:
     task = get_task(ev.task)
-    return [
-        RunSpec(task.name, task.fingerprint, point.condition, seed)
-        for point in grid_points(task, ev.grid)
-        for seed in range(ev.seeds)
-    ]
+    return grid_specs(task, grid_points(task, ev.grid), ev.seeds)
 
 
 def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -> int:
@@ -70,7 +67,7 @@ def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -
         by_task.setdefault(ev.task, []).extend(_specs(ev))
     for name, specs in by_task.items():
         unique = list(dict.fromkeys(specs))
-        found = ensure_records(unique, get_task(name), store=store, engine=engine)
+        found = ensure_records(unique, get_task(name), store=store, engine=engine, copy=False)
         trained += sum(fresh for _, _, fresh in found)
     return trained
 

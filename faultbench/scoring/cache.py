@@ -61,10 +61,18 @@ LIBRARIES = (
 #: (the last two are installed from their own folders, datasets/ and diagnosers/).
 SOURCES = ("faultbench", "faultbench.datasets", "faultbench.diagnosers")
 #: Parts of the package no diagnosis runs through: what is shown, and what is computed
-#: from the answers afterwards (scores, summaries, whether a fault showed, this store).
+#: from the answers afterwards (scores, summaries, whether a fault showed, this store);
+#: which runs a grid or a calibration asks for (each answer is stored per run, under the
+#: run's own key), where records are kept on disk (a record's content is keyed by the run
+#: key, which hashes the code that trains it), and the tools beside the benchmark (the
+#: doctor, preflight, calibration, ``faultbench bench``), which no diagnoser imports.
 NOT_DIAGNOSIS = (
     "cli",
     "reporting",
+    "tools",
+    "faults/grid.py",
+    "faults/levels.py",
+    "storage/store.py",
     "scoring/scores.py",
     "scoring/summary.py",
     "scoring/manifest.py",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -34,7 +35,15 @@ from faultbench.storage.store import Store
 from faultbench.tasks.task import Task, get_task
 from faultbench.training.engine import Engine
 
-__all__ = ["MIN_HEALTHY_REFERENCE", "Report", "RunResult", "coverage", "evaluate", "run_for"]
+__all__ = [
+    "MIN_HEALTHY_REFERENCE",
+    "Report",
+    "RunResult",
+    "coverage",
+    "evaluate",
+    "grid_specs",
+    "run_for",
+]
 
 MIN_HEALTHY_REFERENCE = 3  # healthy seeds trained for a grid that has none of its own
 CLOCK_FREE = STORED_STATUSES  # outcomes that do not depend on the machine's speed
@@ -364,11 +373,7 @@ def evaluate(
         points = grid_points(the_task, grid, faults=faults, variants=variants, levels=levels)
     the_store = store if isinstance(store, Store) else Store(store)
     the_store.check()
-    specs = [
-        RunSpec(the_task.name, the_task.fingerprint, point.condition, seed)
-        for point in points
-        for seed in range(seeds)
-    ]
+    specs = grid_specs(the_task, points, seeds)
     where = {point.condition: point for point in points}
     in_worker, note = wants_worker(diag, isolate)
     stored = _stored_answers(diagnoser, diag, the_store)
@@ -381,8 +386,8 @@ def evaluate(
             prepare(store=the_store, engine=engine)  # one diagnosis's time
         diagnose.start()  # a worker process loads the prepared diagnoser before any training
         scored, trained = [], 0
-        for spec, record, fresh in ensure_records(
-            specs, the_task, store=the_store, engine=engine, progress=progress
+        for spec, record, fresh in ensure_records(  # the store's own records: see _InProcess
+            specs, the_task, store=the_store, engine=engine, progress=progress, copy=False
         ):
             trained += fresh
             scored.append((spec, record))
@@ -409,6 +414,15 @@ def evaluate(
         not_applicable=tuple(sorted(the_task.inapplicable.items())),
         grid=points[0].grid if points else "custom",
     )
+
+
+def grid_specs(task: Task, points: Sequence[GridPoint], seeds: int) -> list[RunSpec]:
+    """The runs an evaluation scores: every point of its grid on seeds 0 to ``seeds - 1``."""
+    return [
+        RunSpec(task.name, task.fingerprint, point.condition, seed)
+        for point in points
+        for seed in range(seeds)
+    ]
 
 
 class Diagnose(Protocol):
@@ -446,8 +460,8 @@ class _InProcess:
 
     def diagnose(self, record: RunRecord) -> Outcome:
         """Rebuild the run and diagnose it safely, here."""
-        try:
-            run = run_for(record, self.task)
+        try:  # a copy: the record is the store's, shared by every diagnoser after this one
+            run = run_for(deepcopy(record), self.task)
         except Exception as exc:  # a broken setup must not stop the other runs
             return Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
         return diagnose_safely(self.diag, run, timeout=self.timeout)
@@ -503,7 +517,7 @@ def _healthy_reference(
         RunSpec(task.name, task.fingerprint, Condition(), s) for s in reference if s not in found
     ]
     trained = 0
-    for spec, record, fresh in ensure_records(extra, task, store=store, engine=engine):
+    for spec, record, fresh in ensure_records(extra, task, store=store, engine=engine, copy=False):
         trained += fresh
         found[spec.seed] = record
     return [found[s] for s in reference], trained

@@ -52,7 +52,7 @@ class RunSpec:
             "condition": [list(pair) for pair in self.condition.faults],
             "seed": self.seed,
             "code": code_version(),
-            "faults": self.condition.source_hash(),  # every involved fault's variants' code
+            "faults": _faults_hash(self.condition),  # every involved fault's variants' code
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -70,6 +70,13 @@ class RunSpec:
         """Inverse of :meth:`to_dict`."""
         faults = tuple((str(n), None if s is None else float(s)) for n, s in data["condition"])
         return cls(data["task"], data["task_fingerprint"], Condition(faults), int(data["seed"]))
+
+
+@cache
+def _faults_hash(condition: Condition) -> str:
+    """``condition.source_hash()``, once per condition: it reads the faults' source, and a
+    grid asks for the same conditions on every task and seed."""
+    return condition.source_hash()
 
 
 @cache

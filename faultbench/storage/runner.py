@@ -92,8 +92,13 @@ def ensure_records(
     store: Store,
     engine: Engine | None = None,
     progress: bool | None = None,
+    copy: bool = True,
 ) -> Iterator[tuple[RunSpec, RunRecord, bool]]:
     """Yield (spec, record, trained_now) for every distinct spec, stored ones first.
+
+    A stored record is yielded as a copy of the one the store keeps in memory,
+    unless ``copy`` is False (see :meth:`Store.load`): for a caller that only
+    looks at it, such as a report counting what it has.
 
     Trained records are written by this (driver) process as they arrive, so a
     run killed mid-grid keeps every finished run and the next call trains only
@@ -109,7 +114,7 @@ def ensure_records(
     """
     missing = []
     for spec in dict.fromkeys(specs):  # a spec listed twice is trained and scored once
-        record = store.load(spec)
+        record = store.load(spec, copy=copy)
         if record is None:
             missing.append(spec)
         else:

@@ -116,7 +116,7 @@ def calibrate(
     records = {
         spec: record
         for spec, record, _ in ensure_records(
-            specs, task, store=store, engine=engine, progress=progress
+            specs, task, store=store, engine=engine, progress=progress, copy=False
         )
     }
     found = [_signals_of(records[spec]) for spec in specs[: len(SEEDS)]]
