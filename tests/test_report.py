@@ -263,6 +263,34 @@ def test_mcnemar_counts_discordant_pairs_and_uses_the_exact_test() -> None:
     assert row["p_value"] == f"{2 * 0.5**6:.4g}"  # exact two-sided: 2 × P(6 of 6)
 
 
+def test_a_figure_is_drawn_again_only_when_what_it_shows_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faultbench.reporting import figures
+
+    healthy, mixed = _fake("a", [True, True]), _fake("a", [True, False])
+    path = tmp_path / "confusion.png"
+    figures.confusion_figure(healthy, path)
+    drawn = path.read_bytes()
+    copy = tmp_path / "copy.png"
+    copy.write_bytes(drawn)
+
+    def no_drawing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("drew a figure whose file already shows these numbers")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(figures.plt, "subplots", no_drawing)
+        assert figures.confusion_figure(healthy, copy) == copy  # any file with that digest
+    assert copy.read_bytes() == drawn
+    figures.confusion_figure(mixed, path)  # other numbers: drawn again
+    assert path.read_bytes() != drawn
+    figures.confusion_figure(healthy, path)  # and back: the same bytes as the first time
+    assert path.read_bytes() == drawn
+    path.write_bytes(drawn[: len(drawn) // 2])  # a half-written file is drawn again
+    figures.confusion_figure(healthy, path)
+    assert path.read_bytes() == drawn
+
+
 def test_confusion_has_every_label_even_without_examples() -> None:
     matrix = full_confusion(_fake("a", [True, False]))
     assert list(matrix.index) == condition_names()

@@ -88,7 +88,44 @@ def test_the_code_key_covers_the_diagnosers_and_data_sets_but_not_the_cli() -> N
     assert Path(faultbench.datasets.digits.__file__).resolve() in files
     assert Path(faultbench.scoring.evaluate.__file__).resolve() in files
     assert not any("cli" in p.parts or "reporting" in p.parts for p in files)
+    # Which runs are asked for, where they are kept and the tools beside the benchmark
+    # change no answer: editing them must not make a report diagnose everything again.
+    import faultbench.faults.levels
+    import faultbench.storage.store
+    import faultbench.tools.bench
+
+    for module in (faultbench.faults.levels, faultbench.storage.store, faultbench.tools.bench):
+        assert Path(module.__file__ or "").resolve() not in files
     assert len(files) == len(source_files())  # no file twice under two names
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "--fault", "lr_too_high", "--severities", "331", "--seeds", "1"],
+        ["pairs", "--seeds", "1"],
+    ],
+    ids=["sweep", "pairs"],
+)
+def test_sweep_and_pairs_read_back_the_answers_of_a_diagnoser_named(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+) -> None:
+    import faultbench.reporting.pairs
+    from faultbench.cli.main import main
+    from faultbench.faults.fault import condition
+
+    one_pair = [condition("lr_too_high", "dead_units")]  # of the 30-odd: one is enough here
+    monkeypatch.setattr(faultbench.reporting.pairs, "pair_conditions", lambda: one_pair)
+    command = [*argv, "--diagnoser", "rules", "--task", "digits", "--store", str(tmp_path)]
+    command += ["--out", str(tmp_path / "out")]
+    assert main(command) == 0
+    first = capsys.readouterr().out
+    monkeypatch.setattr(RulesDiagnoser, "diagnose", _refuse)
+    assert main(command) == 0
+    assert capsys.readouterr().out == first  # the same table, from the stored answers
 
 
 def test_learned_is_not_fitted_when_every_answer_is_stored(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 LEVELS = ("mild", "moderate", "severe")  # mildest first
@@ -37,10 +38,18 @@ class Level:
 
 def load_levels(path: Path = LEVELS_FILE) -> list[Level]:
     """Every level in ``path`` (none when the file does not exist yet)."""
-    if not path.exists():
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
         return []
+    return list(_read_levels(path, stat.st_size, stat.st_mtime_ns))
+
+
+@cache
+def _read_levels(path: Path, size: int, mtime_ns: int) -> tuple[Level, ...]:
+    """The file's levels, read once per version of it (a grid asks for every variant)."""
     with path.open(newline="") as handle:
-        return [
+        return tuple(
             Level(
                 row["task"],
                 row["variant"],
@@ -51,7 +60,7 @@ def load_levels(path: Path = LEVELS_FILE) -> list[Level]:
                 row["seeds"],
             )
             for row in csv.DictReader(handle)
-        ]
+        )
 
 
 def write_levels(levels: list[Level], path: Path = LEVELS_FILE) -> Path:

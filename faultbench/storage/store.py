@@ -117,7 +117,12 @@ class Store:
 
     def attempts(self, spec: RunSpec) -> list[Path]:
         """Attempt files for the current code version of ``spec``, oldest first."""
-        return sorted((self.spec_dir(spec) / self.key(spec)).glob("*.json"))
+        folder = self.spec_dir(spec) / self.key(spec)
+        try:  # a listing, not a glob: a report looks here tens of thousands of times
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [folder / name for name in sorted(names) if name.endswith(".json")]
 
     def load(self, spec: RunSpec, *, note: bool = True, copy: bool = True) -> RunRecord | None:
         """The newest valid successful attempt at ``spec``, or None.

@@ -37,12 +37,13 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.scoring.evaluate import evaluate
     from faultbench.tasks.task import get_task
 
-    diagnoser, task = get_diagnoser(args.diagnoser), get_task(args.task)  # checked before work
+    get_diagnoser(args.diagnoser)  # the names are checked before any work
+    task = get_task(args.task)
     store = store_from(args)
     engine = engine_from(args)
     try:
         report = evaluate(
-            diagnoser,
+            args.diagnoser,  # by name: a shipped diagnoser's answers are stored and read back
             task,
             seeds=args.seeds,
             conditions=pair_conditions(),

@@ -229,8 +229,6 @@ def generate(
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
     cover, calib = calibration.coverage_frame(reports), calibration.calibration_frame(reports)
     out.mkdir(parents=True, exist_ok=True)
-    for old in [*out.glob("confusion/*.png"), *out.glob("curves/*.png")]:
-        old.unlink()  # a diagnoser or task dropped since the last report leaves no stale figure
     texts = {
         "faults.md": report.faults_markdown(faults),
         "scores.md": report.scores_markdown(scores, mcnemar),
@@ -255,6 +253,8 @@ def generate(
         for r in reports
     ]
     written += [figures.curves_figure(t, grids[t], out / "curves" / f"{t}.png") for t in tasks]
+    for old in {*out.glob("confusion/*.png"), *out.glob("curves/*.png")} - set(written):
+        old.unlink()  # a diagnoser or task dropped since the last report leaves no stale figure
     board = pd.concat([r.scored_frame() for r in [*reports, *full]], ignore_index=True)
     written += leaderboard.write(
         board,

@@ -53,13 +53,14 @@ def main(args: argparse.Namespace) -> int:
 
     values = _values(args.severities)
     FAULTS.get(args.fault)  # every name and the store are checked before any worker starts
-    diagnoser, task = get_diagnoser(args.diagnoser), get_task(args.task)
+    get_diagnoser(args.diagnoser)
+    task = get_task(args.task)
     store = store_from(args)
     engine = engine_from(args)
     try:
         result = sweep(
             args.fault,
-            diagnoser,
+            args.diagnoser,  # by name: a shipped diagnoser's answers are stored and read back
             task,
             severities=values,
             seeds=args.seeds,
