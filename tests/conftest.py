@@ -44,9 +44,21 @@ def _train_grid(root: Path, task_name: str, seeds: int) -> dict[tuple[str, int],
 
 
 @pytest.fixture(scope="session")
-def shared_store_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store holding the digits grid for seeds 0..2 (trained on first use)."""
-    return tmp_path_factory.mktemp("shared-store")
+def shared_store_root(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A store holding the digits grid for seeds 0..2 (trained on first use).
+
+    One for the whole run, shared by pytest-xdist's workers: each trains its fixtures'
+    runs into it, and the store's locks see to it that a run both workers need (the
+    digits grid, the variant runs) is trained once and read by the other, as two
+    processes sharing a store do. Tests that need a store nobody else writes to use
+    their own.
+    """
+    run_root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":  # each worker's temp folder sits in the run's
+        run_root = run_root.parent
+    root = run_root / "shared-store"
+    root.mkdir(exist_ok=True)
+    return root
 
 
 @pytest.fixture(scope="session")

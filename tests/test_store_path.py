@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from faultbench.core.errors import FaultbenchError
+from faultbench.faults.fault import condition_names
 from faultbench.scoring.evaluate import evaluate
 from faultbench.storage.store import Store
 
@@ -109,15 +110,19 @@ def test_read_only_store_that_must_train_is_refused_before_training(
 
 
 def test_read_only_store_holding_every_run_still_scores(
-    digits_grid: dict, shared_store_root: Path
+    digits_grid: dict, shared_store_root: Path, tmp_path: Path
 ) -> None:
-    before = _records(shared_store_root)
-    writable = _cli([*RUN, "--store", str(shared_store_root)])
-    read_only = _cli([*RUN, "--store", str(shared_store_root)], read_only=shared_store_root)
+    store = tmp_path / "runs"  # a copy of the runs RUN scores: other workers write the shared one
+    for name in condition_names():
+        seed = Path("digits", name, "seed-0")
+        shutil.copytree(shared_store_root / seed, store / seed)
+    before = _records(store)
+    writable = _cli([*RUN, "--store", str(store)])
+    read_only = _cli([*RUN, "--store", str(store)], read_only=store)
     assert read_only.returncode == 0, read_only.stderr
     assert json.loads(read_only.stdout) == json.loads(writable.stdout)
     assert json.loads(read_only.stdout)["trained"] == 0
-    assert _records(shared_store_root) == before
+    assert _records(store) == before
 
 
 def test_evaluate_refuses_a_file_store_before_training(tmp_path: Path) -> None:
