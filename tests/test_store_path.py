@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from faultbench.core.errors import FaultbenchError
-from faultbench.faults.fault import condition_names
 from faultbench.scoring.evaluate import evaluate
 from faultbench.storage.store import Store
 
@@ -113,9 +112,10 @@ def test_read_only_store_holding_every_run_still_scores(
     digits_grid: dict, shared_store_root: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "runs"  # a copy of the runs RUN scores: other workers write the shared one
-    for name in condition_names():
-        seed = Path("digits", name, "seed-0")
-        shutil.copytree(shared_store_root / seed, store / seed)
+    shared, copy = Store(shared_store_root), Store(store)
+    for record in digits_grid.values():
+        if record.spec.seed == 0:
+            shutil.copytree(shared.spec_dir(record.spec), copy.spec_dir(record.spec))
     before = _records(store)
     writable = _cli([*RUN, "--store", str(store)])
     read_only = _cli([*RUN, "--store", str(store)], read_only=store)

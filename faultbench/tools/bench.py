@@ -74,6 +74,7 @@ class BenchConfig:
 
     pairs: int  # interleaved bare/instrumented training rounds on digits
     cnn_pairs: int  # the same on shapes (a step a few times longer)
+    run_steps: int | None  # steps of each of those runs (None: the task's own)
     big_pairs: int  # the same with the small ResNet
     big_steps: int  # steps of each small-ResNet run
     parallel_runs: int  # runs timed on one worker and on all cores
@@ -83,8 +84,8 @@ class BenchConfig:
     def preset(cls, quick: bool) -> BenchConfig:
         """The full benchmark, or a quick one that only shows every figure."""
         if quick:
-            return cls(pairs=2, cnn_pairs=1, big_pairs=1, big_steps=10, parallel_runs=2, seeds=1)
-        return cls(pairs=50, cnn_pairs=20, big_pairs=15, big_steps=100, parallel_runs=32, seeds=5)
+            return cls(2, 1, 60, big_pairs=1, big_steps=10, parallel_runs=2, seeds=1)
+        return cls(50, 20, None, big_pairs=15, big_steps=100, parallel_runs=32, seeds=5)
 
 
 def machine() -> str:
@@ -138,7 +139,7 @@ def _ratio(times: dict[str, list[float]], over: str, under: str = "bare") -> flo
     return statistics.median(_rounds(times, over, under))
 
 
-def overhead(pairs: int, task: str = "digits", seed: int = 0) -> Figure:
+def overhead(pairs: int, task: str = "digits", seed: int = 0, steps: int | None = None) -> Figure:
     """What the Monitor adds to a loop, with its defaults: instrumented over bare time per
     step, same run, interleaved.
 
@@ -150,6 +151,8 @@ def overhead(pairs: int, task: str = "digits", seed: int = 0) -> Figure:
     and what the evaluations cost against a bare loop without them.
     """
     setup = base_setup(get_task(task), seed)
+    if steps is not None:  # a shorter run (the quick preset's): the same loops, fewer steps
+        setup = replace(setup, steps=steps)
     wall, cpu = _interleaved(
         {
             "bare": lambda: train(setup, record=False),
@@ -387,8 +390,8 @@ def run_bench(quick: bool = False, emit: Callable[[str], None] = print) -> list[
     emit(f"faultbench bench{' --quick' if quick else ''} on {machine()}")
     figures: list[Figure] = []
     for measure in (
-        lambda: overhead(config.pairs, "digits"),
-        lambda: overhead(config.cnn_pairs, "shapes"),
+        lambda: overhead(config.pairs, "digits", steps=config.run_steps),
+        lambda: overhead(config.cnn_pairs, "shapes", steps=config.run_steps),
         lambda: big_step_overhead(config.big_pairs, config.big_steps),
     ):
         figures.append(measure())
