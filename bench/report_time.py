@@ -8,9 +8,9 @@ takes longer than one sitting, but every part of it was measured when it ran:
 each run record holds its training seconds, and each stored diagnosis its
 seconds. This sums them over the records of the current code (calibration
 seeds apart from the scored ones) and the diagnoses of the current diagnosis
-code, and estimates the cold wall time as training / workers + diagnosing
-(the report diagnoses in one process; the records' training seconds were
-measured with ``workers`` runs training side by side). It is an estimate from
+code, and estimates the cold wall time as (training + diagnosing) / workers
+(the report trains and then diagnoses on its engine's workers; the seconds
+were measured with ``workers`` runs side by side). It is an estimate from
 measurements, not a timing: runs in the store that ``make report`` does not use
 (a test's, an earlier command's) count too, and process start-up, reading and
 writing are left out.
@@ -75,7 +75,7 @@ def main() -> None:
         + ", ".join(f"{d} {s / 60:.1f} min ({answers[d]})" for d, s in diag.most_common())
     )
     train_wall = sum(sum(train[p].values()) for p in ("calibration", "grids")) / args.workers
-    diag_wall = sum(diag.values())
+    diag_wall = sum(diag.values()) / args.workers
     calibration_wall = sum(train["calibration"].values()) / args.workers
     print(
         f"estimated cold make report on {args.workers} workers: "

@@ -201,7 +201,17 @@ def test_allow_dirty_writes_and_says_so(
 ) -> None:
     (dirty_checkout / "faultbench" / "loop.py").write_text("steps = 2\n")
     out = tmp_path / "out"
-    argv = ["report", "--task", "digits", "--diagnoser", "random", "--seeds", "1"]
+    argv = [
+        "report",
+        "--task",
+        "digits",
+        "--diagnoser",
+        "random",
+        "--seeds",
+        "1",
+        "--grids",
+        "classic",
+    ]
     assert main([*argv, "--store", str(shared_store_root), "--out", str(out), "--allow-dirty"]) == 0
     readme = (out / "README.md").read_text()
     assert "+dirty" in readme and "--allow-dirty" in readme
