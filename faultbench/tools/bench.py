@@ -79,12 +79,13 @@ class BenchConfig:
     big_steps: int  # steps of each small-ResNet run
     parallel_runs: int  # runs timed on one worker and on all cores
     seeds: int  # seeds of the canonical grid timed cold and warm
+    tasks: tuple[str, ...] = BENCH_TASKS  # the tasks of that grid
 
     @classmethod
     def preset(cls, quick: bool) -> BenchConfig:
         """The full benchmark, or a quick one that only shows every figure."""
         if quick:
-            return cls(2, 1, 60, big_pairs=1, big_steps=10, parallel_runs=2, seeds=1)
+            return cls(2, 1, 60, 1, 10, parallel_runs=2, seeds=1, tasks=BENCH_TASKS[:1])
         return cls(50, 20, None, big_pairs=15, big_steps=100, parallel_runs=32, seeds=5)
 
 
@@ -279,7 +280,7 @@ def _failed(result: object) -> bool:
     return isinstance(result, BaseException) or not getattr(result, "ok", False)
 
 
-def grid_times(seeds: int) -> list[Figure]:
+def grid_times(seeds: int, tasks: tuple[str, ...] = BENCH_TASKS) -> list[Figure]:
     """Probe ratio, cold benchmark time and warm rescoring time, in a fresh store."""
     from faultbench.reporting import ahead
     from faultbench.scoring.diagnosis import diagnoser_names
@@ -293,14 +294,14 @@ def grid_times(seeds: int) -> list[Figure]:
             start = time.perf_counter()
             # As `faultbench report` does it: train every run, then diagnose on every worker,
             # then score (reading the answers back).
-            asked = [ahead.Evaluation(cold_name, t, "classic", seeds) for t in BENCH_TASKS]
+            asked = [ahead.Evaluation(cold_name, t, "classic", seeds) for t in tasks]
             trained = ahead.train_all(asked, Store(root), engine)
             ahead.diagnose_ahead(asked, Store(root), engine, timeout=DEFAULT_TIMEOUT, isolate=None)
             cold = [
                 evaluate(
                     cold_name, t, seeds=seeds, grid="classic", store=Store(root), engine=engine
                 )
-                for t in BENCH_TASKS
+                for t in tasks
             ]
             cold_s = time.perf_counter() - start
         finally:
@@ -316,7 +317,7 @@ def grid_times(seeds: int) -> list[Figure]:
                 store=Store(root),
                 engine=warm_engine,
             )
-            for t in BENCH_TASKS
+            for t in tasks
         ]
         warm_s = time.perf_counter() - start
         pool_started = warm_engine._executor is not None
@@ -331,7 +332,7 @@ def grid_times(seeds: int) -> list[Figure]:
             "s",
             f"<= {COLD_GOAL} (5 seeds, 2 cores)" if seeds == 5 else "",
             cold_s <= COLD_GOAL if seeds == 5 else None,
-            f"{cold_name} on {' + '.join(BENCH_TASKS)}, {seeds} seed(s), {runs} runs trained "
+            f"{cold_name} on {' + '.join(tasks)}, {seeds} seed(s), {runs} runs trained "
             f"{trained + sum(r.trained for r in cold)}, fresh store, pool start included"
             + ("" if has_rules else f"; '{PROBE_DIAGNOSER}' not registered yet"),
         ),
@@ -396,7 +397,7 @@ def run_bench(quick: bool = False, emit: Callable[[str], None] = print) -> list[
     ):
         figures.append(measure())
         emit(figures[-1].line())
-    grid = grid_times(config.seeds)
+    grid = grid_times(config.seeds, config.tasks)
     emit(grid[0].line())
     figures.append(grid[0])
     figures.append(parallel_efficiency(config.parallel_runs))
