@@ -236,22 +236,11 @@ def test_without_the_tool_run_is_one_line_exit_2(tmp_path: Path, name: str, modu
 
 @pytest.mark.parametrize("name", MODULES)
 def test_cli_run_end_to_end(digits_grid, shared_store_root: Path, name: str) -> None:
+    # Two faults and healthy: a tool's probe takes seconds a run.
     shown = _cli(
-        "run",
-        "--grid",
-        "classic",
-        "--diagnoser",
-        name,
-        "--task",
-        "digits",
-        "--seeds",
-        "1",
-        "--faults",
-        "lr_too_high,dead_units",
-        "--json",
-        "--store",
-        str(shared_store_root),
-    )  # fmt: skip  (two faults and healthy: each probe takes seconds)
+        "run", "--grid", "classic", "--diagnoser", name, "--task", "digits", "--seeds", "1",
+        "--faults", "lr_too_high,dead_units", "--json", "--store", str(shared_store_root),
+    )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
     assert (report["diagnoser"], report["tuned"], report["total"]) == (name, True, 3)

@@ -85,8 +85,25 @@ class BenchConfig:
     def preset(cls, quick: bool) -> BenchConfig:
         """The full benchmark, or a quick one that only shows every figure."""
         if quick:
-            return cls(2, 1, 60, 1, 10, parallel_runs=2, seeds=1, tasks=BENCH_TASKS[:1])
-        return cls(50, 20, None, big_pairs=15, big_steps=100, parallel_runs=32, seeds=5)
+            return cls(
+                pairs=2,
+                cnn_pairs=1,
+                run_steps=60,
+                big_pairs=1,
+                big_steps=10,
+                parallel_runs=2,
+                seeds=1,
+                tasks=BENCH_TASKS[:1],
+            )
+        return cls(
+            pairs=50,
+            cnn_pairs=20,
+            run_steps=None,
+            big_pairs=15,
+            big_steps=100,
+            parallel_runs=32,
+            seeds=5,
+        )
 
 
 def machine() -> str:
