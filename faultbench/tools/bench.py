@@ -311,13 +311,13 @@ def grid_times(seeds: int, tasks: tuple[str, ...] = BENCH_TASKS) -> list[Figure]
             start = time.perf_counter()
             # As `faultbench report` does it: train every run, then diagnose on every worker,
             # then score (reading the answers back).
+            # One store throughout, as the report keeps one: what it read, it reads once.
+            store = Store(root)
             asked = [ahead.Evaluation(cold_name, t, "classic", seeds) for t in tasks]
-            trained = ahead.train_all(asked, Store(root), engine)
-            ahead.diagnose_ahead(asked, Store(root), engine, timeout=DEFAULT_TIMEOUT, isolate=None)
+            trained = ahead.train_all(asked, store, engine)
+            ahead.diagnose_ahead(asked, store, engine, timeout=DEFAULT_TIMEOUT, isolate=None)
             cold = [
-                evaluate(
-                    cold_name, t, seeds=seeds, grid="classic", store=Store(root), engine=engine
-                )
+                evaluate(cold_name, t, seeds=seeds, grid="classic", store=store, engine=engine)
                 for t in tasks
             ]
             cold_s = time.perf_counter() - start
