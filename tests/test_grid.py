@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +185,16 @@ def test_calibrate_one_variant_writes_levels_that_reread(tmp_path: Path) -> None
     assert [lv.effect for lv in reread] == pytest.approx([lv.effect for lv in levels], rel=1e-3)
     again, _ = calibrate(DIGITS, store=store, variants=["lr_too_high"])  # stored: trains nothing
     assert again == levels
+
+
+def test_writing_the_levels_a_file_holds_leaves_its_folder_alone(tmp_path: Path) -> None:
+    levels = [Level("digits", "lr_too_high", "mild", 11.0, 148.7, 1.0, "1000 1001 1002")]
+    path = write_levels(levels, tmp_path / "levels.csv")
+    os.utime(tmp_path, ns=(0, 0))  # the Makefile reinstalls when a package folder changes
+    assert write_levels(levels, path) == path
+    assert tmp_path.stat().st_mtime_ns == 0 and sorted(os.listdir(tmp_path)) == ["levels.csv"]
+    write_levels([replace(levels[0], severity=60.0)], path)  # other levels: rewritten
+    assert [lv.severity for lv in load_levels(path)] == [60.0]
 
 
 def test_calibrate_cli_refuses_an_unknown_task(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ answer enters it.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -64,25 +65,34 @@ def _read_levels(path: Path, size: int, mtime_ns: int) -> tuple[Level, ...]:
 
 
 def write_levels(levels: list[Level], path: Path = LEVELS_FILE) -> Path:
-    """Write ``levels`` sorted by task, variant and level, so the bytes are stable."""
+    """Write ``levels`` sorted by task, variant and level, so the bytes are stable.
+
+    A file that already holds these bytes is left alone: rewriting it would touch
+    its folder, and the Makefile reinstalls the package when a package folder
+    changes (a new module needs its link), so every ``make`` after a warm
+    ``faultbench calibrate`` would reinstall for nothing.
+    """
     order = {name: i for i, name in enumerate(LEVELS)}
     rows = sorted(levels, key=lambda lv: (lv.task, lv.variant, order.get(lv.level, 9)))
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(FIELDS)
+    for lv in rows:
+        writer.writerow(
+            [
+                lv.task,
+                lv.variant,
+                lv.level,
+                f"{lv.severity:.6g}",
+                f"{lv.effect:.4g}",
+                f"{lv.visible_share:.3f}",
+                lv.seeds,
+            ]
+        )
+    if path.is_file() and path.read_text() == text.getvalue():
+        return path
     tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(FIELDS)
-        for lv in rows:
-            writer.writerow(
-                [
-                    lv.task,
-                    lv.variant,
-                    lv.level,
-                    f"{lv.severity:.6g}",
-                    f"{lv.effect:.4g}",
-                    f"{lv.visible_share:.3f}",
-                    lv.seeds,
-                ]
-            )
+    tmp.write_text(text.getvalue())
     tmp.replace(path)  # never a half-written levels file
     return path
 
