@@ -23,8 +23,10 @@ $(STAMP): requirements.lock pyproject.toml Makefile $(PACKAGE_DIRS)
 run: $(STAMP)  ## the main job: score the reference rules on the held-out task
 	$(BIN)/faultbench run --diagnoser rules --task synthetic
 
+# loadfile: each test module runs on one worker, which builds its module fixtures once
+# (a quick bench, the digits level runs); spread test by test, both workers built them.
 test: $(STAMP)  ## the full test suite
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
 
 lint: $(STAMP)  ## ruff (lint + format check), mypy and the import contract (.importlinter)
 	$(BIN)/ruff check .

@@ -259,10 +259,13 @@ def test_each_digits_level_manifests_and_effect_grows(level_runs) -> None:
         assert ordered == sorted(ordered), f"{variant}: {effects}"
 
 
-def test_run_json_reports_scores_per_level_with_intervals(tmp_path: Path) -> None:
+def test_run_json_reports_scores_per_level_with_intervals(shared_store_root: Path) -> None:
+    # The shared store: its digits level runs (seed 0) are these, trained once for both
+    # tests; serial, as a pool's start would cost more than the runs this may train.
     shown = _cli(
         "run", "--diagnoser", "rules", "--task", "digits", "--seeds", "1", "--json",
-        "--faults", "lr_too_high,label_noise", "--store", str(tmp_path / "s"),
+        "--faults", "lr_too_high,label_noise", "--store", str(shared_store_root),
+        "--engine", "serial",
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -145,14 +146,24 @@ def test_learned_is_not_fitted_when_every_answer_is_stored(
     assert again.results == first.results
 
 
+UNTRAINED = ("healthy", "dead_units")  # the runs the report trains itself; the rest are copied
+
+
 def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    digits_grid, shared_store_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from faultbench.reporting.ahead import Evaluation, diagnose_ahead, train_all
     from faultbench.training.engine import LocalEngine
 
     evaluations = [Evaluation("rules", "digits", "classic", 1)]
     store, engine = Store(tmp_path), LocalEngine(2)
+    shared = Store(shared_store_root)
+    for (name, seed), record in digits_grid.items():  # the runs, not their answers
+        if seed == 0 and name not in UNTRAINED:
+            for attempt in shared.attempts(record.spec):
+                folder = store.spec_dir(record.spec) / store.key(record.spec)
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(attempt, folder / attempt.name)
     try:
         trained = train_all(evaluations, store, engine)
         diagnose_ahead(evaluations, store, engine, timeout=60, isolate=None)
@@ -160,7 +171,7 @@ def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
         engine.close()
     monkeypatch.setattr(RulesDiagnoser, "diagnose", _refuse)  # nothing may be asked here
     report = evaluate("rules", "digits", seeds=1, grid="classic", store=tmp_path, progress=False)
-    assert report.trained == 0 and trained == len(report.results) == 10
+    assert report.trained == 0 and trained == len(UNTRAINED) and len(report.results) == 10
     assert {r.status for r in report.results} == {"ok"}
 
     class Recording:  # an engine that keeps what it is handed
