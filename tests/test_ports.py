@@ -1,8 +1,9 @@
 """The ports of the published diagnosers: every rule fires on its symptom and is silent on health.
 
 Rules are pinned on hand-made traces, configurations and tiny probes
-(``ports_fixtures``); the ports as a whole pass the conformance checks and answer on
-real digits runs with the rule that decided named in their evidence.
+(``ports_fixtures``); the ports as a whole answer on real digits runs with the rule that
+decided named in their evidence. (They pass the conformance checks in ``test_checks.py``,
+with every shipped diagnoser.)
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from faultbench.scoring.diagnosis import UNKNOWN, diagnoser_names, get_diagnoser
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.harness import diagnose_safely
 from faultbench.tasks.task import get_task
-from faultbench.tools.checks import run_checks
 
 PORTS = ("autotrainer", "deepdiagnosis", "umlaut", "thedeepchecker")
 RULES = {
@@ -98,12 +98,6 @@ def test_docs_show_the_table_as_the_module_holds_it(name: str) -> None:
 
 def test_deepdiagnosis_fixes_name_labels_or_defer_to_the_symptom() -> None:
     assert {v for v in dd.FIXES.values() if v is not None} <= {*condition_names(), pub.OTHER_FAULT}
-
-
-@pytest.mark.parametrize("name", PORTS)
-def test_port_passes_the_conformance_checks(name: str) -> None:
-    failed = [r for r in run_checks(name) if not r.passed]
-    assert not failed, failed
 
 
 def test_epochs_are_the_evaluation_intervals() -> None:
