@@ -12,8 +12,9 @@ apart, on the same store, so both figures come from one cold start:
 2. ``make report`` on that store: it trains nothing new, and diagnoses and
    scores every other registered diagnoser into results/.
 
-The sum of the two is a cold ``make report``'s time (less the venv, and less
-the little the second step repeats: reading the records back, drawing).
+The sum of the two is a little above a cold ``make report``'s time (the venv
+aside): the second step reads back the records the first trained, and calibrates
+again from them, under a minute in all.
 Run it in a fresh clone with the venv built (``make .venv/.installed``); each
 figure is wall-clock time, so measure on a quiet machine.
 """
