@@ -6,6 +6,7 @@ seeds) is trained once, in parallel, and every test reads it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,14 +29,28 @@ def private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _train_grid(root: Path, task_name: str, seeds: int) -> dict[tuple[str, int], RunRecord]:
+@pytest.fixture(scope="session")
+def pool() -> Iterator[LocalEngine]:
+    """One process pool per test worker, for the fixtures that train many runs.
+
+    Starting a pool costs each of its processes its imports (torch, scikit-learn,
+    torch's first deterministic-algorithms call): about 7 s of CPU apiece, more than
+    most fixtures' runs. Tests of the engine itself start their own.
+    """
+    engine = LocalEngine(workers=2)
+    yield engine
+    engine.close()
+
+
+def _train_grid(
+    root: Path, task_name: str, seeds: int, engine: LocalEngine
+) -> dict[tuple[str, int], RunRecord]:
     task = get_task(task_name)
     specs = [
         RunSpec(task.name, task.fingerprint, cond, seed)
         for cond in canonical_conditions()
         for seed in range(seeds)
     ]
-    engine = LocalEngine(workers=2)
     store = Store(root)
     return {
         (spec.condition.name, spec.seed): record
@@ -62,12 +77,12 @@ def shared_store_root(tmp_path_factory: pytest.TempPathFactory, worker_id: str) 
 
 
 @pytest.fixture(scope="session")
-def digits_grid(shared_store_root: Path) -> dict[tuple[str, int], RunRecord]:
+def digits_grid(shared_store_root: Path, pool: LocalEngine) -> dict[tuple[str, int], RunRecord]:
     """(condition, seed) -> record for the canonical digits grid, seeds 0..2."""
-    return _train_grid(shared_store_root, "digits", SIGNAL_SEEDS)
+    return _train_grid(shared_store_root, "digits", SIGNAL_SEEDS, pool)
 
 
 @pytest.fixture(scope="session")
-def synthetic_grid(shared_store_root: Path) -> dict[tuple[str, int], RunRecord]:
+def synthetic_grid(shared_store_root: Path, pool: LocalEngine) -> dict[tuple[str, int], RunRecord]:
     """(condition, seed) -> record for the canonical synthetic grid, seeds 0..2."""
-    return _train_grid(shared_store_root, "synthetic", SIGNAL_SEEDS)
+    return _train_grid(shared_store_root, "synthetic", SIGNAL_SEEDS, pool)

@@ -167,11 +167,9 @@ def test_effect_is_the_largest_z_of_any_signal(digits_grid) -> None:
 # -- calibration -----------------------------------------------------------------------
 
 
-def test_calibrate_one_variant_writes_levels_that_reread(tmp_path: Path) -> None:
+def test_calibrate_one_variant_writes_levels_that_reread(tmp_path: Path, pool: LocalEngine) -> None:
     store = Store(tmp_path / "s")
-    levels, sweep = calibrate(
-        DIGITS, store=store, engine=LocalEngine(workers=2), variants=["lr_too_high"]
-    )
+    levels, sweep = calibrate(DIGITS, store=store, engine=pool, variants=["lr_too_high"])
     knob = find("lr_too_high")[1].severity
     assert knob is not None
     assert [p.severity for p in sweep] == knob.grid()
@@ -223,7 +221,7 @@ HEALTHY_SEEDS = 5
 
 
 @pytest.fixture(scope="module")
-def level_runs(shared_store_root: Path):
+def level_runs(shared_store_root: Path, pool: LocalEngine):
     """Every digits level on the scored seeds 0..2 (not the calibration's), and healthy."""
     from faultbench.faults.fault import Condition, condition
 
@@ -234,7 +232,7 @@ def level_runs(shared_store_root: Path):
         for lv in levels
         for s in range(SIGNAL_SEEDS)
     ]
-    found = ensure_records(specs, DIGITS, store=Store(shared_store_root), engine=LocalEngine(2))
+    found = ensure_records(specs, DIGITS, store=Store(shared_store_root), engine=pool)
     return {(spec.condition, spec.seed): record for spec, record, _ in found}
 
 

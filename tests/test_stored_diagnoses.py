@@ -150,13 +150,12 @@ UNTRAINED = ("healthy", "dead_units")  # the runs the report trains itself; the 
 
 
 def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
-    digits_grid, shared_store_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    digits_grid, shared_store_root: Path, tmp_path: Path, pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from faultbench.reporting.ahead import Evaluation, diagnose_ahead, train_all
-    from faultbench.training.engine import LocalEngine
 
     evaluations = [Evaluation("rules", "digits", "classic", 1)]
-    store, engine = Store(tmp_path), LocalEngine(2)
+    store = Store(tmp_path)
     shared = Store(shared_store_root)
     for (name, seed), record in digits_grid.items():  # the runs, not their answers
         if seed == 0 and name not in UNTRAINED:
@@ -164,11 +163,8 @@ def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
                 folder = store.spec_dir(record.spec) / store.key(record.spec)
                 folder.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(attempt, folder / attempt.name)
-    try:
-        trained = train_all(evaluations, store, engine)
-        diagnose_ahead(evaluations, store, engine, timeout=60, isolate=None)
-    finally:
-        engine.close()
+    trained = train_all(evaluations, store, pool)
+    diagnose_ahead(evaluations, store, pool, timeout=60, isolate=None)
     monkeypatch.setattr(RulesDiagnoser, "diagnose", _refuse)  # nothing may be asked here
     report = evaluate("rules", "digits", seeds=1, grid="classic", store=tmp_path, progress=False)
     assert report.trained == 0 and trained == len(UNTRAINED) and len(report.results) == 10

@@ -51,7 +51,7 @@ def _task_for(ident: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def variant_grid(shared_store_root: Path) -> Grid:
+def variant_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
     """(task, condition, seed) -> record: each variant on its task, plus healthy seeds."""
     specs: dict[str, list[RunSpec]] = {name: [] for name in CHECK_TASKS}
     for ident in variant_ids():
@@ -59,21 +59,15 @@ def variant_grid(shared_store_root: Path) -> Grid:
         specs[task.name] += [
             RunSpec(task.name, task.fingerprint, condition(ident), s) for s in range(SIGNAL_SEEDS)
         ]
-    engine = LocalEngine(workers=2)
     grid: Grid = {}
-    try:
-        for name, faulty in specs.items():
-            task = get_task(name)
-            healthy = [
-                RunSpec(name, task.fingerprint, Condition(), s) for s in range(HEALTHY_REFERENCE)
-            ]
-            store = Store(shared_store_root)
-            for spec, record, _ in ensure_records(
-                healthy + faulty, task, store=store, engine=engine
-            ):
-                grid[(name, spec.condition.name, spec.seed)] = record
-    finally:
-        engine.close()
+    for name, faulty in specs.items():
+        task = get_task(name)
+        healthy = [
+            RunSpec(name, task.fingerprint, Condition(), s) for s in range(HEALTHY_REFERENCE)
+        ]
+        store = Store(shared_store_root)
+        for spec, record, _ in ensure_records(healthy + faulty, task, store=store, engine=pool):
+            grid[(name, spec.condition.name, spec.seed)] = record
     return grid
 
 
