@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import pytest
@@ -150,19 +149,15 @@ UNTRAINED = ("healthy", "dead_units")  # the runs the report trains itself; the 
 
 
 def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
-    digits_grid, shared_store_root: Path, tmp_path: Path, pool, monkeypatch: pytest.MonkeyPatch
+    digits_grid, tmp_path: Path, pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from faultbench.reporting.ahead import Evaluation, diagnose_ahead, train_all
 
     evaluations = [Evaluation("rules", "digits", "classic", 1)]
     store = Store(tmp_path)
-    shared = Store(shared_store_root)
     for (name, seed), record in digits_grid.items():  # the runs, not their answers
         if seed == 0 and name not in UNTRAINED:
-            for attempt in shared.attempts(record.spec):
-                folder = store.spec_dir(record.spec) / store.key(record.spec)
-                folder.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(attempt, folder / attempt.name)
+            store.save(record)
     trained = train_all(evaluations, store, pool)
     diagnose_ahead(evaluations, store, pool, timeout=60, isolate=None)
     monkeypatch.setattr(RulesDiagnoser, "diagnose", _refuse)  # nothing may be asked here
