@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from faultbench.integrations.lightning import FaultbenchCallback
+from faultbench.training.monitor import DEFAULT_EVERY
 
 BATCH = 16
 EXAMPLES = 96  # 6 batches an epoch
@@ -83,8 +84,8 @@ def test_fit_records_a_trace_and_prints_the_doctors_report(capsys: pytest.Captur
     t = callback.monitor.trace()
     assert t.steps == trainer.global_step == 4 * EXAMPLES // BATCH
     np.testing.assert_allclose(t.loss, model.losses, rtol=1e-6)
-    recorded = t.stat_steps.astype(int)  # the Monitor's default: every 10th step
-    assert recorded.tolist() == list(range(0, t.steps, 10))
+    recorded = t.stat_steps.astype(int)  # the Monitor's default: every 20th step
+    assert recorded.tolist() == list(range(0, t.steps, DEFAULT_EVERY)) == [0, 20]
     np.testing.assert_allclose(
         t.grad_norm["net.0"], np.array(model.grad_norms)[recorded], rtol=1e-5
     )
@@ -101,12 +102,12 @@ def test_fit_records_a_trace_and_prints_the_doctors_report(capsys: pytest.Captur
 
 
 def test_accumulated_batches_make_one_step_per_optimizer_update() -> None:
-    callback = FaultbenchCallback(show=False)
+    callback = FaultbenchCallback(show=False, every=4)
     model, trainer = _fit(callback, accumulate_grad_batches=2)
     t = callback.monitor.trace()  # type: ignore[union-attr]
     assert t.steps == trainer.global_step == 4 * EXAMPLES // BATCH // 2
-    recorded = t.stat_steps.astype(int)  # the Monitor's default: every 10th step
-    assert recorded.tolist() == list(range(0, t.steps, 10))
+    recorded = t.stat_steps.astype(int)  # every 4th optimizer update, as asked
+    assert recorded.tolist() == [0, 4, 8]
     np.testing.assert_allclose(
         t.grad_norm["net.0"], np.array(model.grad_norms)[recorded], rtol=1e-5
     )

@@ -284,6 +284,41 @@ def test_activation_modules_are_measured_on_their_outputs(blocks: str) -> None:
     assert set(t.activation_mean_abs) == {"1", "3", "5", "7"}
 
 
+UNIT_LAYOUTS = {
+    # name: (layer before the ReLU, input shape, the output's unit dimension)
+    "linear (N, C)": (lambda: nn.Linear(3, 6), (BATCH, 3), 1),
+    "sequence (N, T, C)": (lambda: nn.Linear(3, 6), (BATCH, 5, 3), 2),
+    "conv2d (N, C, H, W)": (lambda: nn.Conv2d(2, 6, 3), (BATCH, 2, 6, 6), 1),
+    "conv3d (N, C, D, H, W)": (lambda: nn.Conv3d(2, 6, 3), (BATCH, 2, 4, 4, 4), 1),
+}
+
+
+@pytest.mark.parametrize("layout", UNIT_LAYOUTS)
+def test_inactive_units_are_channels_of_a_convolution_and_features_otherwise(layout: str) -> None:
+    build, shape, unit_dim = UNIT_LAYOUTS[layout]
+    torch.manual_seed(0)
+    model = nn.Sequential(build(), nn.ReLU())
+    with torch.no_grad():
+        model[0].bias[:2] = -100.0  # two units dead everywhere
+        model[0].bias[2] = -1.5  # one alive in part of the batch or positions
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=1e-3), every=1)
+    want_inactive, want_nonpositive = [], []
+    for _ in range(3):
+        x = torch.randn(shape)
+        out = model(x)
+        # Written out here: move the unit dimension last, then ask of each unit whether
+        # any of its outputs (any example, position or pixel) was > 0.
+        per_unit = np.moveaxis(out.detach().numpy(), unit_dim, -1).reshape(-1, 6)
+        want_inactive.append(float(np.mean(~(per_unit > 0).any(axis=0))))
+        want_nonpositive.append(float(np.mean(per_unit <= 0)))
+        out.mean().backward()
+        monitor.step(out.mean())
+    t = monitor.trace()
+    np.testing.assert_allclose(t.inactive_share, want_inactive)
+    np.testing.assert_allclose(t.nonpositive_share["1"], want_nonpositive, rtol=1e-6)
+    assert min(want_inactive) >= 2 / 6 and max(want_inactive) < 1  # so a wrong axis shows
+
+
 def test_a_functional_activation_is_not_seen() -> None:
     class Functional(nn.Module):
         def __init__(self) -> None:
@@ -318,20 +353,20 @@ def test_every_k_records_the_same_numbers_on_fewer_steps(every: int, blocks: str
     np.testing.assert_allclose(b.nonpositive_share["2"], a.nonpositive_share["2"][recorded])
 
 
-def test_by_default_the_statistics_are_recorded_every_tenth_step() -> None:
+def test_by_default_the_statistics_are_recorded_every_twentieth_step() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     monitor = Monitor(model, optimizer)
     x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
-    for _ in range(25):
+    for _ in range(45):
         loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         monitor.step(loss)
     t = monitor.trace()
-    assert t.stat_steps.tolist() == [0, 10, 20] and t.steps == 25 and len(t.loss) == 25
+    assert t.stat_steps.tolist() == [0, 20, 40] and t.steps == 45 and len(t.loss) == 45
     assert all(len(v) == 3 for v in t.grad_norm.values()) and len(t.inactive_share) == 3
 
 
@@ -394,6 +429,22 @@ def test_a_loss_must_have_one_element() -> None:
 
 def _hooks(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) for m in model.modules())
+
+
+def test_activation_hooks_are_on_the_model_only_for_the_steps_recorded() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3), nn.Sigmoid())
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=3)
+    model(torch.randn(2, 4))  # the first forward: widths and classes are read from it
+    on = []
+    for _ in range(7):
+        on.append(len(model[1]._forward_hooks) + len(model[3]._forward_hooks))
+        model(torch.randn(2, 4)).sum().backward()
+        monitor.step(0.0)
+    assert on == [2, 0, 0, 2, 0, 0, 2]  # steps 0, 3, 6 are recorded
+    monitor.close()
+    monitor.step(0.0)
+    monitor.step(0.0)  # the next one would be recorded: a closed monitor puts no hook back
+    assert _hooks(model) == 0
 
 
 def test_closing_the_monitor_removes_every_hook() -> None:

@@ -53,7 +53,7 @@ class FaultbenchCallback(pl.Callback):
             the model (see :meth:`faultbench.Probe.from_user`); without one only
             the passive checks run.
         every: Passed to the Monitor: record the per-layer and activation statistics every
-            ``every`` steps (the Monitor's default, 10).
+            ``every`` steps (the Monitor's default, 20).
         show: Print the report when training ends (on the main process only).
 
     After ``fit``: ``monitor`` holds the Monitor (its ``trace()`` and

@@ -99,8 +99,8 @@ class BenchConfig:
             pairs=50,
             cnn_pairs=20,
             run_steps=None,
-            big_pairs=15,
-            big_steps=100,
+            big_pairs=20,
+            big_steps=300,  # so one-off costs (the Monitor, the trace) weigh as in real runs
             parallel_runs=32,
             seeds=5,
         )

@@ -7,8 +7,13 @@ Watched are the modules of the ReLU family and the saturating ones, found by
   flat side (ReLU, ReLU6: no gradient at all) or its low-slope side (LeakyReLU,
   PReLU, RReLU, ELU, CELU, SELU: a gradient scaled down), which for every one of
   them is the same as a pre-activation ``<= 0``. Recorded: the share of outputs
-  that are not ``> 0`` (NaN counts as not active), and the share of units (the
-  output's last dimension) that are not ``> 0`` anywhere in the batch.
+  that are not ``> 0`` (NaN counts as not active), and the share of units that
+  are not ``> 0`` anywhere in the batch. A unit is a channel of an output with
+  two or more dimensions after the batch's (a 2-D or 3-D convolution's,
+  ``N x C x ...``: dimension 1), else a feature of the last dimension (a
+  Linear layer's ``N x C``, a sequence model's ``N x T x C``). A ReLU module
+  does not know what fed it, so a 1-D convolution's ``N x C x L`` output is
+  read the sequence way: its units are positions, not channels.
   GELU, SiLU and Mish are smooth and never flat, so they are not in the family.
 - Sigmoid and Tanh: the share of saturated outputs, read off the output as a
   pre-activation beyond +-5 would make it: ``sigmoid(x) < sigmoid(-5)`` or
@@ -18,6 +23,12 @@ Watched are the modules of the ReLU family and the saturating ones, found by
 A functional call (``F.relu(x)``, ``torch.sigmoid(x)``) is not a module, so no
 hook can see it: only activation *modules* are watched. Only forwards in
 training mode count, and only those of the steps the Monitor records.
+
+Cost: per watched forward, two or three passes over the output on its device,
+the comparisons written into one scratch tensor that every watched module
+reuses (the size of the largest watched output, per device and dtype) rather
+than into a new tensor per output. The hooks are on the model only during
+the steps the Monitor records (:meth:`ActivationWatch.watch`).
 """
 
 from __future__ import annotations
@@ -41,6 +52,15 @@ TANH_EDGE = math.tanh(SATURATION_INPUT)
 # Per forward, three numbers, divided by the output's size when read:
 # [units never > 0, outputs > 0 (ReLU family) or saturated outputs, sum of |outputs|]
 UNITS, FLAGGED, ABS_SUM = range(3)
+MAX_VIEWS = 64  # output shapes whose scratch views are kept
+
+
+def units_dim(out: torch.Tensor) -> int | None:
+    """The dimension of ``out`` that holds its units (see the module's docstring);
+    None for an output of fewer than two dimensions (no batch of units)."""
+    if out.dim() < 2:
+        return None
+    return 1 if out.dim() >= 4 else out.dim() - 1
 
 
 class _Watched:
@@ -48,15 +68,15 @@ class _Watched:
 
     A ReLU-family forward keeps, per unit, how many of its outputs were > 0
     (a comparison and a sum), and the sum of |outputs|; once per block of
-    forwards those become the three numbers, on the device. ReLU and ReLU6
-    outputs are never negative, so their sum is their sum of |outputs|.
+    forwards those become the three numbers, on the device. ReLU, ReLU6 and
+    Sigmoid outputs are never negative, so their sum is their sum of |outputs|.
     """
 
     def __init__(self, module: nn.Module, relu: bool) -> None:
         self.relu = relu  # ReLU family (else saturating)
         self.edge = SIGMOID_EDGE if isinstance(module, nn.Sigmoid) else TANH_EDGE
         self.centre = 0.5 if isinstance(module, nn.Sigmoid) else 0.0
-        self.nonnegative = isinstance(module, (nn.ReLU, nn.ReLU6))  # |output| is the output
+        self.nonnegative = isinstance(module, (nn.ReLU, nn.ReLU6, nn.Sigmoid))  # |out| is out
         self.log = DeviceLog(3)
         self.sizes: list[tuple[int, int]] = []  # per forward: (units, outputs)
         self.calls: list[int] = []  # per recorded step: forwards
@@ -64,23 +84,28 @@ class _Watched:
         self._counts: list[torch.Tensor] = []  # this block: per unit outputs > 0, or saturated
         self._abs: list[torch.Tensor] = []  # this block: sum of |outputs| per forward
 
-    def note(self, out: torch.Tensor) -> None:
-        """Reduce one output on its device."""
-        units = out.shape[-1] if out.dim() >= 2 else 0
+    def note(self, out: torch.Tensor, work: torch.Tensor) -> None:
+        """Reduce one output on its device; ``work`` is scratch of its shape (wide dtype)."""
+        dim = units_dim(out)
+        units = 0 if dim is None else out.shape[dim]
         if self._abs and units != self.sizes[-1][0]:
             self.flush()  # counts of another width cannot be stacked with these
-        flat = out.detach().reshape(-1, max(1, units))
-        wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else None
-        self._abs.append((flat if self.nonnegative else flat.abs()).sum(dtype=wide))
-        # Comparisons written as 0/1 floats: on CPU, summing booleans costs
-        # several times more (they are converted to integers first).
-        flags = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
-        if self.relu:
-            self._counts.append(torch.gt(flat, 0, out=flags).sum(0))
+        x = out.detach()
+        # Comparisons are written as 0/1 into ``work`` (a float tensor): on CPU,
+        # summing booleans costs several times more (they are converted first).
+        if self.nonnegative:  # |output| is the output
+            self._abs.append(x.sum(dtype=work.dtype))
         else:
-            off_centre = flat if self.centre == 0 else flat - self.centre
-            self._counts.append(torch.gt(off_centre.abs(), self.edge, out=flags).sum().reshape(1))
-        self.sizes.append((units, flat.numel()))
+            self._abs.append(torch.abs(x, out=work).sum())
+        if self.relu:
+            torch.gt(x, 0, out=work)
+            others = [d for d in range(x.dim()) if d != dim]
+            self._counts.append(work.sum(others) if dim is not None else work.sum().reshape(1))
+        else:
+            if self.centre:  # else work holds |output| already
+                torch.sub(x, self.centre, out=work).abs_()
+            self._counts.append(torch.gt(work, self.edge, out=work).sum().reshape(1))
+        self.sizes.append((units, x.numel()))
         if len(self._abs) >= BLOCK_STEPS:
             self.flush()
 
@@ -113,29 +138,68 @@ class _Watched:
 
 
 class ActivationWatch:
-    """Forward hooks on a model's activation modules.
+    """Forward hooks on a model's activation modules, on only while a recorded step runs.
 
-    ``on`` says whether the coming step is one the Monitor records; ``step()``
-    closes a recorded step's forwards.
+    A module with a forward hook takes torch's slower call path on every
+    forward, so the hooks are put on before each step the Monitor records and
+    taken off after it (:meth:`watch`); on the other steps the model runs as if
+    unwatched. ``step()`` closes a recorded step's forwards.
     """
 
     def __init__(self, model: nn.Module) -> None:
-        self.on = True
         self.watched: dict[str, _Watched] = {}
+        self._modules: list[tuple[nn.Module, _Watched]] = []
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self._scratch: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self._views: dict[tuple[torch.device, torch.dtype, torch.Size], torch.Tensor] = {}
+        self._closed = False
         for name, module in model.named_modules():
             relu = isinstance(module, RELU_FAMILY)
             if relu or isinstance(module, SATURATING):
                 watched = _Watched(module, relu)
                 self.watched[name or type(module).__name__] = watched
-                self._handles.append(module.register_forward_hook(Hook(self._hook(watched))))
+                self._modules.append((module, watched))
+        self.watch(True)  # the first step is recorded
+
+    def watch(self, on: bool) -> None:
+        """Hooks on (the coming step is recorded) or off; never on again once closed."""
+        if on and not self._handles and not self._closed:
+            # prepend: a user's hook that replaces the output runs after ours, so
+            # ours sees what the module itself returned.
+            self._handles = [
+                module.register_forward_hook(Hook(self._hook(watched)), prepend=True)
+                for module, watched in self._modules
+            ]
+        elif not on:
+            self._remove_hooks()
 
     def _hook(self, watched: _Watched) -> HookFn:
         def hook(module: nn.Module, _args: Any, out: Any) -> None:
-            if self.on and module.training and isinstance(out, torch.Tensor):
-                watched.note(out)
+            if module.training and isinstance(out, torch.Tensor):
+                watched.note(out, self._work_like(out))
 
         return hook
+
+    def _work_like(self, out: torch.Tensor) -> torch.Tensor:
+        """Scratch of ``out``'s shape, on its device, in at least float32, reused.
+
+        One buffer per device and dtype, the size of the largest output so far;
+        the view for each shape is kept too (taking one costs more than a
+        small output's reductions), up to ``MAX_VIEWS`` shapes (batches of
+        varying length make new shapes without end).
+        """
+        dtype = torch.promote_types(out.dtype, torch.float32)
+        key = (out.device, dtype, out.shape)
+        view = self._views.get(key)
+        if view is None:
+            flat = self._scratch.get(key[:2])
+            if flat is None or flat.numel() < out.numel():
+                flat = self._scratch[key[:2]] = out.new_empty(out.numel(), dtype=dtype)
+                self._views = {}  # views of the old buffer
+            if len(self._views) >= MAX_VIEWS:
+                self._views = {}
+            view = self._views[key] = flat[: out.numel()].view(out.shape)
+        return view
 
     def step(self) -> None:
         """Assign the forwards since the last recorded step to this one."""
@@ -178,7 +242,12 @@ class ActivationWatch:
         return np.divide(sums, calls, out=np.zeros(steps), where=calls > 0)
 
     def close(self) -> None:
-        """Remove the hooks."""
+        """Remove the hooks for good."""
+        self._closed = True
+        self._remove_hooks()
+        self._scratch, self._views = {}, {}
+
+    def _remove_hooks(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []

@@ -68,7 +68,9 @@ class _Group:
         copies = 2 if every == 1 else 3  # gradients and weights (and weights before, every > 1)
         row_bytes = copies * width * first.element_size()
         self.rows = int(max(1, min(BLOCK_ROWS, BLOCK_BYTES // row_bytes)))
-        like = first.new_zeros
+        # Uninitialized: a row is written before it is read, and zeroing the whole
+        # block at the start cost more than a short run's recording.
+        like = first.new_empty
         self.grads = like(self.rows, width)
         self.weights = like(self.rows + 1, width)  # row 0: the weights before row 1's update
         self.before = None if every == 1 else like(self.rows, width)
