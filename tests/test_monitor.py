@@ -336,6 +336,26 @@ def test_a_functional_activation_is_not_seen() -> None:
     assert t.nonpositive_share == {} and t.inactive_share.tolist() == [0.0]
 
 
+def test_reading_the_trace_mid_run_changes_no_later_number() -> None:
+    every, steps = 3, 10
+    _, want = _train(MODELS["cnn"], steps=steps)  # the test's own numbers, every step
+    torch.manual_seed(0)
+    model, x, y = cnn()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    monitor = Monitor(model, optimizer, every=every)
+    for step in range(steps):
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        monitor.step(loss)
+        if step == 2 * every - 1:  # the next step is recorded: its weights before are kept
+            monitor.trace()
+    recorded = list(range(0, steps, every))
+    for name, values in monitor.trace().update_ratio.items():
+        np.testing.assert_allclose(values, np.array(want["ratio"][name])[recorded], rtol=1e-5)
+
+
 @pytest.mark.parametrize("every", [2, 5])
 def test_every_k_records_the_same_numbers_on_fewer_steps(every: int, blocks: str) -> None:
     steps = 11
@@ -505,6 +525,58 @@ def test_other_dtypes_are_recorded(dtype: torch.dtype) -> None:
     t = monitor.trace()
     np.testing.assert_allclose(t.grad_norm["0"], expected, rtol=1e-5)
     assert np.isfinite(t.update_ratio["2"]).all() and np.isfinite(t.batch_acc).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("activation", [nn.ReLU, nn.LeakyReLU, nn.ELU, nn.Sigmoid, nn.Tanh])
+def test_every_activation_is_measured_in_every_float_dtype(
+    activation: type[nn.Module], dtype: torch.dtype
+) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), activation(), nn.Linear(8, 3)).to(dtype)
+    with torch.no_grad():
+        model[0].weight.mul_(4.0)  # some outputs saturated, some not
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=1e-3), every=1)
+    flagged, mean_abs = [], []
+    for _ in range(3):
+        x = torch.randn(32, 4, dtype=dtype)
+        hidden = model[:2](x).detach().float()  # the activation's output, widened here
+        if activation in (nn.Sigmoid, nn.Tanh):
+            centre = 0.5 if activation is nn.Sigmoid else 0.0
+            edge = abs((torch.sigmoid if centre else torch.tanh)(torch.tensor(5.0)) - centre)
+            flagged.append(float(((hidden - centre).abs() > edge).double().mean()))
+        else:
+            flagged.append(float((hidden <= 0).double().mean()))
+        mean_abs.append(float(hidden.abs().double().mean()))
+        model(x).float().sum().backward()
+        monitor.step(0.0)
+    t = monitor.trace()
+    shares = t.saturated_share if activation in (nn.Sigmoid, nn.Tanh) else t.nonpositive_share
+    np.testing.assert_allclose(shares["1"], flagged, atol=1e-6)
+    np.testing.assert_allclose(t.activation_mean_abs["1"], mean_abs, rtol=1e-3)
+    assert 0 < np.mean(flagged) < 1  # so the count is put to the test
+
+
+def test_activations_recorded_under_inference_mode_leave_training_possible() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(), nn.Linear(8, 3))
+    monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
+    with torch.inference_mode():  # in training mode: a forward the monitor counts
+        model(torch.randn(2, 4))
+    model(torch.randn(2, 4)).sum().backward()  # writes the same scratch outside it
+    monitor.step(0.0)
+    assert len(monitor.trace().nonpositive_share["1"]) == 1
+
+
+def test_an_output_without_units_is_measured_beside_others() -> None:
+    model = nn.ReLU()
+    whole = nn.Sequential(model, nn.Linear(1, 1))
+    monitor = Monitor(whole, torch.optim.SGD(whole.parameters(), lr=0.1))
+    model(torch.randn(4, 0))  # a batch of zero-width rows, then ordinary outputs
+    model(torch.randn(3))
+    model(torch.randn(2, 5))
+    monitor.step(0.0)
+    t = monitor.trace()
+    assert t.nonpositive_share["0"].shape == (1,) and np.isfinite(t.inactive_share).all()
 
 
 def test_a_trace_with_every_field_survives_its_dict_form() -> None:

@@ -8,26 +8,27 @@ Watched are the modules of the ReLU family and the saturating ones, found by
   PReLU, RReLU, ELU, CELU, SELU: a gradient scaled down), which for every one of
   them is the same as a pre-activation ``<= 0``. Recorded: the share of outputs
   that are not ``> 0`` (NaN counts as not active), and the share of units that
-  are not ``> 0`` anywhere in the batch. A unit is a channel of an output with
-  two or more dimensions after the batch's (a 2-D or 3-D convolution's,
-  ``N x C x ...``: dimension 1), else a feature of the last dimension (a
-  Linear layer's ``N x C``, a sequence model's ``N x T x C``). A ReLU module
-  does not know what fed it, so a 1-D convolution's ``N x C x L`` output is
-  read the sequence way: its units are positions, not channels.
+  are not ``> 0`` anywhere in the batch. A unit is a channel of an output of
+  four or more dimensions (a 2-D or 3-D convolution's ``N x C x H x W`` or
+  ``N x C x D x H x W``: dimension 1), else a feature of the last dimension
+  (a Linear layer's ``N x C``, a sequence model's ``N x T x C``). A ReLU
+  module does not know what fed it, so a 1-D convolution's ``N x C x L``
+  output is read the sequence way: its units are positions, not channels.
   GELU, SiLU and Mish are smooth and never flat, so they are not in the family.
 - Sigmoid and Tanh: the share of saturated outputs, read off the output as a
   pre-activation beyond +-5 would make it: ``sigmoid(x) < sigmoid(-5)`` or
-  ``> sigmoid(5)``, ``|tanh(x)| > tanh(5)`` (in the output's precision).
+  ``> sigmoid(5)``, ``|tanh(x)| > tanh(5)`` (compared in float32 at least: in
+  half precision ``tanh(5)`` rounds to 1, which no output exceeds).
 - Every watched module: the mean absolute output.
 
 A functional call (``F.relu(x)``, ``torch.sigmoid(x)``) is not a module, so no
 hook can see it: only activation *modules* are watched. Only forwards in
 training mode count, and only those of the steps the Monitor records.
 
-Cost: per watched forward, two or three passes over the output on its device,
-the comparisons written into one scratch tensor that every watched module
-reuses (the size of the largest watched output, per device and dtype) rather
-than into a new tensor per output. The hooks are on the model only during
+Cost: per watched forward, three or four passes over the output on its
+device, the comparisons written into one scratch tensor that every watched
+module reuses (the size of the largest watched output, per device, stream and
+dtype) rather than into a new tensor per output. The hooks are on the model only during
 the steps the Monitor records (:meth:`ActivationWatch.watch`).
 """
 
@@ -87,6 +88,8 @@ class _Watched:
     def note(self, out: torch.Tensor, work: torch.Tensor) -> None:
         """Reduce one output on its device; ``work`` is scratch of its shape (wide dtype)."""
         dim = units_dim(out)
+        if dim is not None and out.shape[dim] == 0:
+            dim = None  # no units to count: one number, as for a 1-D output
         units = 0 if dim is None else out.shape[dim]
         if self._abs and units != self.sizes[-1][0]:
             self.flush()  # counts of another width cannot be stacked with these
@@ -95,8 +98,10 @@ class _Watched:
         # summing booleans costs several times more (they are converted first).
         if self.nonnegative:  # |output| is the output
             self._abs.append(x.sum(dtype=work.dtype))
-        else:
+        elif x.dtype == work.dtype:
             self._abs.append(torch.abs(x, out=work).sum())
+        else:  # abs writes only its own dtype: widen first
+            self._abs.append(work.copy_(x).abs_().sum())
         if self.relu:
             torch.gt(x, 0, out=work)
             others = [d for d in range(x.dim()) if d != dim]
@@ -124,16 +129,18 @@ class _Watched:
 
     def shares(self) -> np.ndarray:
         """Per forward: [share of units never > 0, share of outputs not > 0 (ReLU
-        family) or saturated, mean |output|]; NaN for units of an unbatched output."""
+        family) or saturated, mean |output|]; NaN for units of an unbatched output,
+        and for every share of an empty one."""
         self.flush()
         raw = self.log.read()
         sizes = np.array(self.sizes, dtype=np.float64).reshape(-1, 2)[: len(raw)]
         out = np.full_like(raw, np.nan)
         batched = sizes[:, 0] > 0
         out[batched, UNITS] = raw[batched, UNITS] / sizes[batched, 0]
-        flagged = raw[:, FLAGGED] / sizes[:, 1]
+        with np.errstate(invalid="ignore"):  # 0 / 0 for an empty output: NaN
+            flagged = raw[:, FLAGGED] / sizes[:, 1]
+            out[:, ABS_SUM] = raw[:, ABS_SUM] / sizes[:, 1]
         out[:, FLAGGED] = 1.0 - flagged if self.relu else flagged
-        out[:, ABS_SUM] = raw[:, ABS_SUM] / sizes[:, 1]
         return out
 
 
@@ -150,8 +157,8 @@ class ActivationWatch:
         self.watched: dict[str, _Watched] = {}
         self._modules: list[tuple[nn.Module, _Watched]] = []
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
-        self._scratch: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
-        self._views: dict[tuple[torch.device, torch.dtype, torch.Size], torch.Tensor] = {}
+        self._scratch: dict[tuple[Any, ...], torch.Tensor] = {}  # (device, stream, dtype)
+        self._views: dict[tuple[Any, ...], torch.Tensor] = {}  # (device, stream, dtype, shape)
         self._closed = False
         for name, module in model.named_modules():
             relu = isinstance(module, RELU_FAMILY)
@@ -189,16 +196,22 @@ class ActivationWatch:
         varying length make new shapes without end).
         """
         dtype = torch.promote_types(out.dtype, torch.float32)
-        key = (out.device, dtype, out.shape)
-        view = self._views.get(key)
+        # A buffer per stream: forwards on two streams of a device would otherwise
+        # write it while the other stream's reductions still read it.
+        stream = None if out.device.type == "cpu" else torch.accelerator.current_stream(out.device)
+        where = (out.device, stream, dtype)
+        view = self._views.get((*where, out.shape))
         if view is None:
-            flat = self._scratch.get(key[:2])
-            if flat is None or flat.numel() < out.numel():
-                flat = self._scratch[key[:2]] = out.new_empty(out.numel(), dtype=dtype)
-                self._views = {}  # views of the old buffer
-            if len(self._views) >= MAX_VIEWS:
-                self._views = {}
-            view = self._views[key] = flat[: out.numel()].view(out.shape)
+            flat = self._scratch.get(where)
+            # Made outside inference mode even inside it: an inference tensor could
+            # not be written by the forwards that follow.
+            with torch.inference_mode(False):
+                if flat is None or flat.numel() < out.numel():
+                    flat = self._scratch[where] = out.new_empty(out.numel(), dtype=dtype)
+                    self._views = {}  # views of the old buffer
+                if len(self._views) >= MAX_VIEWS:
+                    self._views = {}
+                view = self._views[(*where, out.shape)] = flat[: out.numel()].view(out.shape)
         return view
 
     def step(self) -> None:

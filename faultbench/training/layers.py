@@ -139,6 +139,10 @@ class _Group:
         columns = [c for per_param in zip(l2, l1, counts, update, weight) for c in per_param]
         self.log.extend(torch.stack(columns, 1))
         self.weights[0] = self.weights[n]
+        if self.before is not None and n < self.rows:
+            # Read mid-run (the trace), the weights kept for the next recorded
+            # step are in row n: they move to row 0 with the rest.
+            self.before[0] = self.before[n]
         self.filled = 0
 
     @torch.no_grad()

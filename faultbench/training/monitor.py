@@ -22,7 +22,7 @@ waiting (:mod:`faultbench.training.hostlog`); only :meth:`Monitor.trace` waits.
 
 Cost: a recorded step copies the gradients and the weights into a block on
 their device (two ``torch.cat`` calls), reduced 32 steps at a time, and each
-watched activation module's output costs two or three passes over it. The
+watched activation module's output costs three or four passes over it. The
 activation hooks are on the model only while a recorded step runs, so the
 other steps cost the loss, the batch accuracy, the timings and a few list
 appends. ``every=k`` records on steps 1, 1 + k, 1 + 2k, ... only. Recorded
