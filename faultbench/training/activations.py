@@ -28,8 +28,8 @@ training mode count, and only those of the steps the Monitor records.
 Cost: per watched forward, three or four passes over the output on its
 device, the comparisons written into one scratch tensor that every watched
 module reuses (the size of the largest watched output, per device, stream and
-dtype) rather than into a new tensor per output. The hooks are on the model only during
-the steps the Monitor records (:meth:`ActivationWatch.watch`).
+dtype) rather than into a new tensor per output. The hooks are on the model
+only during the steps the Monitor records (:meth:`ActivationWatch.watch`).
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ class ActivationWatch:
     def _work_like(self, out: torch.Tensor) -> torch.Tensor:
         """Scratch of ``out``'s shape, on its device, in at least float32, reused.
 
-        One buffer per device and dtype, the size of the largest output so far;
+        One buffer per device, stream and dtype, the size of the largest output so far;
         the view for each shape is kept too (taking one costs more than a
         small output's reductions), up to ``MAX_VIEWS`` shapes (batches of
         varying length make new shapes without end).

@@ -29,9 +29,9 @@ appends. ``every=k`` records on steps 1, 1 + k, 1 + 2k, ... only. Recorded
 every step, this adds 13-18% to a 7 ms step of a small ResNet (and 45% to
 the 0.3 ms step of the digits MLP), not what a practitioner wants by default.
 The default, ``every=20`` (:data:`DEFAULT_EVERY`), keeps what the Monitor
-adds to a ResNet step near 1% (README, Performance) and still gives a run of
-a few hundred steps tens of samples of every series; monitoring tools sample
-as sparsely or more (Lightning logs every 50 steps). The benchmark's own loop
+adds to a ResNet step within 3% (README, Performance) and still gives a run
+of a few hundred steps 10 to 30 samples of every series; monitoring tools
+sample as sparsely or more (Lightning logs every 50 steps). The benchmark's own loop
 records every step (``every=1``), so each diagnoser is scored on the whole
 of every series; the reference rules name the same 50 of 50 classic digits
 runs from traces recorded every step, every 10th or every 20th.
