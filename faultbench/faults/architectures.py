@@ -1,23 +1,37 @@
-"""The models a recipe can build: an MLP, a small CNN for images, a GRU for characters.
+"""The models a recipe can build: an MLP, a small CNN for images, a recurrent net for tokens.
 
-Every model names its layers the same way, so that faults and diagnosers
-need no special case: ``hidden`` is the Linear layer before the last
-activation, ``output`` the Linear layer that makes the logits; a deeper model
-numbers the Linear layers before ``hidden`` as ``layer1``, ``layer2``, ...
+A :class:`Network` says what a practitioner chose (depth and widths, the
+activation, normalization, dropout, initialization; the CNN's convolutions,
+the recurrent cell), and :func:`build` turns it into an ``nn.Sequential``
+whose layers are named the same way in every model, so that faults and
+diagnosers need no special case: ``hidden`` is the last fully connected layer
+before the output, ``output`` the layer that makes the logits, and the fully
+connected layers before ``hidden`` are ``layer1``, ``layer2``, ...; each is
+followed by its ``<name>_norm``, its activation and its ``<name>_dropout``.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import nn
 
-ARCHITECTURES = ("mlp", "cnn", "gru")
-CNN_CHANNELS = 8  # feature maps of the CNN's one convolution
-GRU_EMBED = 16  # character embedding width
-GRU_STATE = 48  # recurrent state width
+from faultbench.tasks.design import ARCHITECTURES, CELLS, DOWNSAMPLES, INITS, NORMS, Network
+
+__all__ = ["ACTIVATIONS", "LastState", "Network", "Tokens", "build"]
+
+#: The activation modules a network can use (a family draws all but sigmoid, the
+#: held-out deep_sigmoid's).
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "leaky_relu": nn.LeakyReLU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+}
 
 
 class Tokens(nn.Module):
@@ -32,73 +46,112 @@ class Tokens(nn.Module):
 
 
 class LastState(nn.Module):
-    """A GRU over the sequence; returns its final state."""
+    """A GRU or LSTM over the sequence; returns its final state."""
 
-    def __init__(self, width: int, state: int) -> None:
+    def __init__(self, width: int, state: int, cell: str = "gru") -> None:
         super().__init__()
-        self.gru = nn.GRU(width, state, batch_first=True)
+        self.gru = (nn.LSTM if cell == "lstm" else nn.GRU)(width, state, batch_first=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _, h = self.gru(x)
+        if isinstance(h, tuple):  # an LSTM's (hidden, cell)
+            h = h[0]
         return h[-1]
 
 
-def body(
-    architecture: str,
-    *,
-    n_features: int,
-    n_classes: int,
-    widths: Sequence[int],
-    image_side: int,
-    channels: int = CNN_CHANNELS,
-    activation: type[nn.Module] = nn.ReLU,
-) -> OrderedDict[str, nn.Module]:
-    """The layers of ``architecture`` up to and including the logits.
-
-    Args:
-        architecture: "mlp", "cnn" (reads square images) or "gru" (reads token ids).
-        n_features: Input columns of a row.
-        n_classes: Width of the output layer.
-        widths: Widths of the fully connected layers before the output; the
-            last one is ``hidden``.
-        image_side: Side of the square images a "cnn" reads from each row.
-        channels: Feature maps of the CNN's convolution.
-        activation: The activation after each fully connected layer.
+def build(net: Network, *, n_features: int, n_classes: int, image_side: int) -> nn.Sequential:
+    """The model of ``net`` for inputs of ``n_features`` columns and ``n_classes`` classes.
 
     Raises:
-        ValueError: an unknown architecture, or no width.
+        ValueError: an unknown architecture, activation, normalization or init, or no width.
     """
-    if not widths:
+    if not net.widths:
         raise ValueError("a model needs at least one hidden width")
-    layers, width = _front(architecture, n_features, n_classes, image_side, channels)
-    act = activation.__name__.lower()
-    names = [f"layer{i}" for i in range(1, len(widths))] + ["hidden"]
-    for i, (name, out) in enumerate(zip(names, widths), start=1):
+    _check(net)
+    layers, width = _front(net, n_features, n_classes, image_side)
+    act = ACTIVATIONS[net.activation]
+    act_name = act.__name__.lower()
+    for i, (name, out) in enumerate(zip(net.hidden_names, net.widths), start=1):
         layers[name] = nn.Linear(width, out)
-        layers[act if name == "hidden" else f"{act}{i}"] = activation()
+        if net.norm != "none":
+            layers[f"{name}_norm"] = (
+                nn.BatchNorm1d(out) if net.norm == "batch" else nn.LayerNorm(out)
+            )
+        layers[act_name if name == "hidden" else f"{act_name}{i}"] = act()
+        if net.dropout > 0:
+            layers[f"{name}_dropout"] = nn.Dropout(net.dropout)
         width = out
     layers["output"] = nn.Linear(width, n_classes)
-    return layers
+    model = nn.Sequential(layers)
+    _initialize(model, net.init, net.activation)
+    return model
+
+
+def _check(net: Network) -> None:
+    for field, value, valid in (
+        ("architecture", net.architecture, ARCHITECTURES),
+        ("activation", net.activation, tuple(ACTIVATIONS)),
+        ("norm", net.norm, NORMS),
+        ("init", net.init, INITS),
+        ("downsample", net.downsample, DOWNSAMPLES),
+        ("cell", net.cell, CELLS),
+    ):
+        if value not in valid:
+            raise ValueError(f"unknown {field} {value!r}; expected one of {valid}")
 
 
 def _front(
-    architecture: str, n_features: int, n_classes: int, image_side: int, channels: int
+    net: Network, n_features: int, n_classes: int, image_side: int
 ) -> tuple[OrderedDict[str, nn.Module], int]:
     """The layers before the fully connected ones, and the width they output."""
-    if architecture == "mlp":
+    if net.architecture == "mlp":
         return OrderedDict(), n_features
-    if architecture == "cnn":
-        front = OrderedDict(
-            image=nn.Unflatten(1, (1, image_side, image_side)),
-            conv=nn.Conv2d(1, channels, kernel_size=3, padding=1),
-            conv_relu=nn.ReLU(),
-            pool=nn.MaxPool2d(2),
-            flatten=nn.Flatten(),
-        )
-        return front, channels * (image_side // 2) ** 2
-    if architecture == "gru":
-        front = OrderedDict(
-            tokens=Tokens(n_classes, GRU_EMBED), rnn=LastState(GRU_EMBED, GRU_STATE)
-        )
-        return front, GRU_STATE
-    raise ValueError(f"unknown architecture {architecture!r}; expected one of {ARCHITECTURES}")
+    if net.architecture == "cnn":
+        return _convolutions(net, image_side)
+    front = OrderedDict(
+        tokens=Tokens(n_classes, net.embed), rnn=LastState(net.embed, net.state, net.cell)
+    )
+    return front, net.state
+
+
+def _convolutions(net: Network, image_side: int) -> tuple[OrderedDict[str, nn.Module], int]:
+    """3x3 convolutions, each followed by its norm, activation and a halving of the image."""
+    front: OrderedDict[str, nn.Module] = OrderedDict(
+        image=nn.Unflatten(1, (1, image_side, image_side))
+    )
+    act = ACTIVATIONS[net.activation]
+    stride = 2 if net.downsample == "stride" else 1
+    before, side = 1, image_side
+    for j, out in enumerate(net.channels, start=1):
+        name = "conv" if len(net.channels) == 1 else f"conv{j}"
+        front[name] = nn.Conv2d(before, out, kernel_size=3, padding=1, stride=stride)
+        if net.norm != "none":  # "layer" over a feature map: one group of every channel
+            front[f"{name}_norm"] = (
+                nn.BatchNorm2d(out) if net.norm == "batch" else nn.GroupNorm(1, out)
+            )
+        front[f"{name}_{act.__name__.lower()}"] = act()
+        if stride == 1:
+            front[f"{name}_pool"] = nn.MaxPool2d(2)
+        before, side = out, (side + 1) // 2 if stride == 2 else side // 2
+    front["flatten"] = nn.Flatten()
+    return front, before * side * side
+
+
+def _initialize(model: nn.Module, init: str, activation: str) -> None:
+    """Re-initialize every linear and convolution weight as ``init`` says (biases to 0)."""
+    if init == "default":
+        return
+    gain_of: Literal["relu", "linear"] = (
+        "relu" if activation in ("relu", "leaky_relu") else "linear"
+    )
+    for module in model.modules():
+        if not isinstance(module, (nn.Linear, nn.Conv2d)):
+            continue
+        if init == "kaiming":
+            nn.init.kaiming_normal_(module.weight, nonlinearity=gain_of)
+        elif init == "xavier":
+            nn.init.xavier_uniform_(module.weight)
+        else:
+            nn.init.orthogonal_(module.weight)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)

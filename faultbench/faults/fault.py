@@ -238,13 +238,23 @@ class Condition:
         Raises:
             FaultbenchError: a variant that cannot apply to ``recipe`` (with the reason).
         """
+        applied, why = self._applied(recipe)
+        if why:
+            raise FaultbenchError(why)
+        return applied
+
+    def why_not(self, recipe: Recipe) -> str:
+        """Why some fault of the condition cannot apply to ``recipe``, or "" when all can."""
+        return self._applied(recipe)[1]
+
+    def _applied(self, recipe: Recipe) -> tuple[Recipe, str]:
         for ident, severity in self.faults:
             found, variant = find(ident)
             why = recipe.inapplicable.get(found.name) or variant.why_not(recipe)
             if why:
-                raise FaultbenchError(f"fault variant '{ident}' does not apply here: {why}")
+                return recipe, f"fault variant '{ident}' does not apply here: {why}"
             recipe = variant.transform(recipe, severity)
-        return recipe
+        return recipe, ""
 
     def source_hash(self) -> str:
         """Hash of the code of every fault involved."""

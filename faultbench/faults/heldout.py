@@ -14,7 +14,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from faultbench.faults.architectures import body
 from faultbench.faults.fault import Severity, Variant, register
 from faultbench.faults.recipe import Batch, Recipe
 
@@ -50,21 +49,8 @@ def _label_noise(recipe: Recipe, severity: float | None) -> Recipe:
 
 
 def _deep_sigmoid(recipe: Recipe, severity: float | None) -> Recipe:
-    depth = int(severity or 1)
-
-    def deep_sigmoid_net(r: Recipe) -> nn.Module:
-        layers = body(
-            r.architecture,
-            n_features=r.X_train.shape[1],
-            n_classes=r.n_classes,
-            widths=(r.hidden,) * depth,
-            image_side=r.image_side,
-            channels=r.channels,
-            activation=nn.Sigmoid,
-        )
-        return nn.Sequential(layers)
-
-    return recipe.replace(make_model=deep_sigmoid_net)
+    depth, width = int(severity or 1), recipe.network.widths[-1]
+    return recipe.renetwork(widths=(width,) * depth, activation="sigmoid", norm="none")
 
 
 def _tiny_clip(recipe: Recipe, severity: float | None) -> Recipe:

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from faultbench.tasks.task import Task
+
 LEVELS = ("mild", "moderate", "severe")  # mildest first
 CANONICAL = "canonical"  # the level of a fault at its canonical severity (classic grid)
 FIXED = "fixed"  # the level of a variant without a knob: the bug has no degree
 LEVELS_FILE = Path(__file__).resolve().with_name("levels.csv")  # resolve: the source, not a link
-FIELDS = ("task", "variant", "level", "severity", "effect", "visible_share", "seeds")
+FIELDS = ("task", "variant", "level", "severity", "effect", "visible_share", "seeds", "code")
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class Level:
     severity: float  # the knob's value
     effect: float  # median over the calibration seeds of the largest |z| of any signal
     visible_share: float  # share of calibration seeds whose run differed from healthy
-    seeds: str  # the calibration seeds, space separated
+    seeds: str  # the calibration seeds of the swept bases, space separated
+    code: str = ""  # what it was measured on (faultbench.tools.calibrate.measured_on)
 
 
 def load_levels(path: Path = LEVELS_FILE) -> list[Level]:
@@ -59,6 +62,7 @@ def _read_levels(path: Path, size: int, mtime_ns: int) -> tuple[Level, ...]:
                 float(row["effect"]),
                 float(row["visible_share"]),
                 row["seeds"],
+                row.get("code") or "",
             )
             for row in csv.DictReader(handle)
         )
@@ -87,6 +91,7 @@ def write_levels(levels: list[Level], path: Path = LEVELS_FILE) -> Path:
                 f"{lv.effect:.4g}",
                 f"{lv.visible_share:.3f}",
                 lv.seeds,
+                lv.code,
             ]
         )
     if path.is_file() and path.read_text() == text.getvalue():
@@ -105,3 +110,8 @@ def levels_for(task: str, variant: str, path: Path = LEVELS_FILE) -> dict[str, f
         if (lv.task, lv.variant) == (task, variant)
     }
     return {name: found[name] for name in LEVELS if name in found}
+
+
+def calibrated(task: Task, path: Path = LEVELS_FILE) -> bool:
+    """Whether ``path`` holds levels measured on ``task``."""
+    return any(lv.task == task.name for lv in load_levels(path))

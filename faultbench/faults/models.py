@@ -7,6 +7,7 @@ their fault.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -14,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from faultbench.faults.architectures import body
 from faultbench.faults.fault import Severity, Variant
 from faultbench.faults.recipe import Recipe
 
@@ -24,27 +24,49 @@ DEAD_MARGIN = 1.0  # how far below the largest training pre-activation a dead bi
 # -- dead_units ----------------------------------------------------------------
 
 
-def _kill_units(model: nn.Module, X: np.ndarray, share: float) -> None:
-    # A bias below every training pre-activation makes the unit output 0 on all
-    # data, so it passes no gradient and can never come back.
-    layer = model.get_submodule("hidden")
+def _kill_units(model: nn.Module, recipe: Recipe, name: str, share: float) -> None:
+    """Give the first ``share`` of layer ``name``'s units a bias below every input's
+    pre-activation: they output 0 on all data, pass no gradient and never come back.
+
+    With a normalization after the layer, the bias that counts is the
+    normalization's shift: a normalized value is at most sqrt(n - 1) over n
+    values (a batch for BatchNorm, the layer's units for LayerNorm), so a shift
+    below that silences the unit on every batch.
+    """
+    layer = model.get_submodule(name)
     assert isinstance(layer, nn.Linear)
     n_dead = max(1, round(share * layer.out_features))
+    norm = dict(model.named_children()).get(f"{name}_norm")
+    with torch.no_grad():
+        if isinstance(norm, (nn.BatchNorm1d, nn.LayerNorm)):
+            n = recipe.batch_size if isinstance(norm, nn.BatchNorm1d) else layer.out_features
+            norm.bias[:n_dead] = -(math.sqrt(max(1, n - 1)) + DEAD_MARGIN)
+            return
+        highest = _pre_activations(model, layer, recipe.X_train)[:, :n_dead].max(dim=0).values
+        layer.bias[:n_dead] -= highest + DEAD_MARGIN
+
+
+def _pre_activations(model: nn.Module, layer: nn.Module, X: np.ndarray) -> torch.Tensor:
+    """``layer``'s outputs (bias included) on ``X``, dropout off."""
     seen: list[torch.Tensor] = []
     hook = layer.register_forward_hook(lambda _m, _i, out: seen.append(out.detach()))
-    with torch.no_grad():
+    training = model.training
+    model.eval()
+    try:
         model(torch.from_numpy(X))
+    finally:
         hook.remove()
-        highest = seen[0][:, :n_dead].max(dim=0).values  # bias included
-        layer.bias[:n_dead] -= highest + DEAD_MARGIN
+        model.train(training)
+    return seen[0]
 
 
 def _low_bias(recipe: Recipe, severity: float | None) -> Recipe:
     inner, share = recipe.make_model, float(severity or 0.0)
+    name = recipe.pick_hidden("dead_units")
 
     def with_dead_units(r: Recipe) -> nn.Module:
         model = inner(r)
-        _kill_units(model, r.X_train, share)
+        _kill_units(model, r, name, share)
         return model
 
     return recipe.replace(make_model=with_dead_units)
@@ -52,19 +74,20 @@ def _low_bias(recipe: Recipe, severity: float | None) -> Recipe:
 
 def _negative_init(recipe: Recipe, severity: float | None) -> Recipe:
     inner = recipe.make_model
+    name = recipe.pick_hidden("dead_units")
 
-    def negative_hidden(r: Recipe) -> nn.Module:
+    def negative_layer(r: Recipe) -> nn.Module:
         model = inner(r)
-        layer = model.get_submodule("hidden")
+        layer = model.get_submodule(name)
         with torch.no_grad():  # e.g. `nn.init.uniform_(w, -0.1, 0)`, meant (-0.1, 0.1)
             for p in layer.parameters():
                 p.abs_().neg_()
         return model
 
-    recipe = recipe.replace(make_model=negative_hidden)
-    if recipe.architecture != "mlp":  # the layer reads a ReLU's output: non-negative already
+    recipe = recipe.replace(make_model=negative_layer)
+    if not _reads_the_inputs(recipe, name):  # it reads a ReLU's output: non-negative already
         return recipe
-    # The MLP's hidden layer reads the inputs: min-max scaled to [0, 1], as pixels often are.
+    # An MLP's first layer reads the inputs: min-max scaled to [0, 1], as pixels often are.
     low = recipe.X_train.min(axis=0)
     span = np.where(np.ptp(recipe.X_train, axis=0) > 0, np.ptp(recipe.X_train, axis=0), 1.0)
 
@@ -74,26 +97,48 @@ def _negative_init(recipe: Recipe, severity: float | None) -> Recipe:
     return recipe.replace(X_train=unit_range(recipe.X_train), X_val=unit_range(recipe.X_val))
 
 
-def _non_negative_inputs(recipe: Recipe) -> str:
-    if recipe.architecture == "gru":
-        return "the hidden layer reads a GRU's state, which is signed: no init silences it all"
+def _reads_the_inputs(recipe: Recipe, name: str) -> bool:
+    return recipe.architecture == "mlp" and name == recipe.network.hidden_names[0]
+
+
+def _relu_units(recipe: Recipe) -> str:
+    """Why no unit of the drawn network can be dead from initialization, or ""."""
+    activation = recipe.network.activation
+    if activation == "relu":
+        return ""
+    return (
+        f"the network's activation is {activation}, not ReLU: its units have no region where "
+        "they output 0 with no gradient"
+    )
+
+
+def _silenceable(recipe: Recipe) -> str:
+    why = _relu_units(recipe)
+    if why:
+        return why
+    if recipe.network.norm != "none":
+        return f"a {recipe.network.norm} normalization after the layer re-centres its outputs"
+    name = recipe.pick_hidden("dead_units")
+    if recipe.architecture == "gru" and name == recipe.network.hidden_names[0]:
+        return "the layer reads a GRU's state, which is signed: no init silences it all"
     return ""
 
 
 DEAD_UNITS: tuple[Variant, ...] = (
     Variant(
         "low_bias",
-        "the hidden layer's biases start below every pre-activation the data produces",
+        "a hidden layer's biases start below every pre-activation the data produces",
         "model",
         _low_bias,
-        Severity(0.9, 0.05, 1.0, "share of hidden units killed"),
+        Severity(0.9, 0.05, 1.0, "share of the layer's units killed"),
+        why_not=_relu_units,
     ),
     Variant(
         "negative_init",
-        "the hidden layer is initialized all-negative, and its inputs are non-negative",
+        "a hidden layer is initialized all-negative, and its inputs are non-negative",
         "model+data",
         _negative_init,
-        why_not=_non_negative_inputs,
+        why_not=_silenceable,
     ),
 )
 
@@ -102,28 +147,22 @@ DEAD_UNITS: tuple[Variant, ...] = (
 
 
 def _narrow(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.replace(hidden=int(severity or 1))
+    widths = list(recipe.network.widths)
+    at = recipe.network.hidden_names.index(recipe.pick_hidden("too_small_model"))
+    widths[at] = int(severity or 1)
+    return recipe.renetwork(widths=tuple(widths))
 
 
 def _bottleneck(recipe: Recipe, severity: float | None) -> Recipe:
-    width = int(severity or 1)
-
-    def deeper_with_bottleneck(r: Recipe) -> nn.Module:
-        layers = body(
-            r.architecture,
-            n_features=r.X_train.shape[1],
-            n_classes=r.n_classes,
-            widths=(r.hidden, width, r.hidden),
-            image_side=r.image_side,
-            channels=r.channels,
-        )
-        return nn.Sequential(layers)
-
-    return recipe.replace(make_model=deeper_with_bottleneck)
+    widths, narrow = recipe.network.widths, (int(severity or 1),)
+    if len(widths) == 1:  # one hidden layer: it is repeated on both sides of the bottleneck
+        return recipe.renetwork(widths=(*widths, *narrow, *widths))
+    middle = len(widths) // 2
+    return recipe.renetwork(widths=(*widths[:middle], *narrow, *widths[middle:]))
 
 
 def _one_channel(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.replace(channels=1)
+    return recipe.renetwork(channels=(*recipe.network.channels[:-1], 1))
 
 
 def _convolutional_only(recipe: Recipe) -> str:
@@ -134,7 +173,7 @@ _WIDTH = "width of the narrow layer (smaller is worse)"
 TOO_SMALL_MODEL: tuple[Variant, ...] = (
     Variant(
         "narrow",
-        "the hidden layer is far too narrow",
+        "a hidden layer is far too narrow",
         "model",
         _narrow,
         Severity(2.0, 1.0, 8.0, _WIDTH, worse_when_higher=False),
@@ -148,7 +187,7 @@ TOO_SMALL_MODEL: tuple[Variant, ...] = (
     ),
     Variant(
         "one_channel",
-        "the convolution has one output channel: a single feature map for every shape",
+        "the last convolution has one output channel: a single feature map for every shape",
         "model",
         _one_channel,
         why_not=_convolutional_only,

@@ -7,17 +7,15 @@ their fault.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import nn
+from torch.optim import lr_scheduler
+from torch.optim.lr_scheduler import LRScheduler
 
 from faultbench.faults.fault import Severity, Variant
-from faultbench.faults.recipe import Recipe, steps_per_epoch
-
-WARMUP_SHARE = 0.1  # share of the run a warm-up schedule spends reaching its peak
-
+from faultbench.faults.recipe import WARMUP_SHARE, Recipe, steps_per_epoch, warmup_then_cosine
 
 # -- missing_zero_grad ---------------------------------------------------------
 
@@ -55,33 +53,26 @@ MISSING_ZERO_GRAD: tuple[Variant, ...] = (
 
 
 def _constant(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.replace(lr=recipe.lr * float(severity or 1.0))
-
-
-def _warmup_factor(step: int, warm: int, total: int) -> float:
-    """Linear warm-up to 1 over ``warm`` steps, then a cosine decay to 0 at ``total``."""
-    if step <= warm:
-        return step / warm
-    return 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+    return recipe.redesign(lr=recipe.lr * float(severity or 1.0))
 
 
 def _warmup(recipe: Recipe, severity: float | None) -> Recipe:
-    inner, peak, total = recipe.update, float(severity or 1.0), recipe.steps
+    peak, total = float(severity or 1.0), recipe.steps
     warm = max(1, round(WARMUP_SHARE * total))
 
-    def scheduled_update(model: nn.Module, opt: torch.optim.Optimizer, step: int) -> None:
-        for group in opt.param_groups:
-            base = group.setdefault("working_lr", group["lr"])
-            group["lr"] = base * peak * _warmup_factor(step, warm, total)
-        inner(model, opt, step)
+    def too_high_peak(optimizer: torch.optim.Optimizer, r: Recipe) -> LRScheduler:
+        # The user's schedule, written with its peak far above the working rate.
+        return lr_scheduler.LambdaLR(
+            optimizer, lambda step: peak * warmup_then_cosine(step, warm=warm, total=total)
+        )
 
-    return recipe.replace(update=scheduled_update)
+    return recipe.replace(make_schedule=too_high_peak)
 
 
 def _sgd_only(recipe: Recipe) -> str:
-    if recipe.optimizer == "sgd":
+    if recipe.design.optimizer == "sgd":
         return ""
-    return f"the task trains with {recipe.optimizer}, not SGD with momentum"
+    return f"the run trains with {recipe.design.optimizer}, not SGD with momentum"
 
 
 LR_TOO_HIGH: tuple[Variant, ...] = (
@@ -113,15 +104,15 @@ LR_TOO_HIGH: tuple[Variant, ...] = (
 # -- frozen_layer --------------------------------------------------------------
 
 
-def _hidden_ids(model: nn.Module) -> set[int]:
-    return {id(p) for p in model.get_submodule("hidden").parameters()}
+def _hidden_ids(model: nn.Module, recipe: Recipe) -> set[int]:
+    return {id(p) for p in model.get_submodule(recipe.pick_hidden("frozen_layer")).parameters()}
 
 
 def _left_out(recipe: Recipe, severity: float | None) -> Recipe:
     inner = recipe.param_groups
 
     def without_hidden(model: nn.Module, r: Recipe) -> list[dict[str, Any]]:
-        frozen = _hidden_ids(model)
+        frozen = _hidden_ids(model, r)
         groups = inner(model, r)
         return [{**g, "params": [p for p in g["params"] if id(p) not in frozen]} for g in groups]
 
@@ -133,7 +124,7 @@ def _requires_grad(recipe: Recipe, severity: float | None) -> Recipe:
 
     def hidden_frozen(r: Recipe) -> nn.Module:
         model = inner(r)
-        model.get_submodule("hidden").requires_grad_(False)
+        model.get_submodule(r.pick_hidden("frozen_layer")).requires_grad_(False)
         return model
 
     return recipe.replace(make_model=hidden_frozen)
@@ -143,7 +134,7 @@ def _zero_lr(recipe: Recipe, severity: float | None) -> Recipe:
     inner = recipe.param_groups
 
     def hidden_at_rate_zero(model: nn.Module, r: Recipe) -> list[dict[str, Any]]:
-        frozen = _hidden_ids(model)
+        frozen = _hidden_ids(model, r)
         out = []
         for g in inner(model, r):
             rest = [p for p in g["params"] if id(p) not in frozen]
@@ -158,19 +149,19 @@ def _zero_lr(recipe: Recipe, severity: float | None) -> Recipe:
 FROZEN_LAYER: tuple[Variant, ...] = (
     Variant(
         "left_out",
-        "the hidden layer's parameters are not passed to the optimizer",
+        "a hidden layer's parameters are not passed to the optimizer",
         "optimizer",
         _left_out,
     ),
     Variant(
         "requires_grad",
-        "`requires_grad = False` on the hidden layer, left over from fine-tuning",
+        "`requires_grad = False` on a hidden layer, left over from fine-tuning",
         "model",
         _requires_grad,
     ),
     Variant(
         "zero_lr",
-        "the hidden layer sits in a parameter group whose learning rate is 0",
+        "a hidden layer sits in a parameter group whose learning rate is 0",
         "optimizer",
         _zero_lr,
     ),

@@ -6,12 +6,19 @@ A run is built from parts, each where a user's script has it::
     model = make_model(recipe)             the model (after the seed is set)
     groups = param_groups(model, recipe)   what the optimizer updates, with which settings
     optimizer = make_optimizer(groups, recipe)
+    schedule = make_schedule(optimizer, recipe)
     for xb, yb in loader(recipe):          the loader
         loss = loss_fn(model(xb), yb)      the loss
         clear(model, optimizer, step)      the step: gradients cleared,
         loss.backward()                    computed,
         clip(model, optimizer, step)       clipped
         update(model, optimizer, step)     and applied
+        schedule.step()                    the rate moves on
+
+A recipe's :class:`~faultbench.tasks.design.Design` holds the choices a
+practitioner made (network, optimizer and rate, batch size, schedule,
+clipping, weight decay): the task's reference one, or one drawn from the
+task's family (:mod:`faultbench.faults.family`).
 
 :func:`base_setup` gives a task's healthy recipe. A fault returns a copy with
 one or more parts wrapped or replaced (see :mod:`faultbench.faults.fault`), so
@@ -23,6 +30,8 @@ module level (``F.cross_entropy``, ``F.nll_loss``), so that a probe pickles.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,8 +41,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim import lr_scheduler
+from torch.optim.lr_scheduler import LRScheduler
 
-from faultbench.faults.architectures import CNN_CHANNELS, body
+from faultbench.faults.architectures import build
+from faultbench.tasks.design import Design, Network
 from faultbench.tasks.task import Task
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -43,19 +55,20 @@ GroupsFactory = Callable[[nn.Module, "Recipe"], list[dict[str, Any]]]
 OptimizerFactory = Callable[[list[dict[str, Any]], "Recipe"], torch.optim.Optimizer]
 LoaderFactory = Callable[["Recipe"], Iterator[Batch]]
 StepPart = Callable[[nn.Module, torch.optim.Optimizer, int], None]
+ScheduleFactory = Callable[[torch.optim.Optimizer, "Recipe"], LRScheduler]
+
+
+WARMUP_SHARE = 0.1  # share of the run a warm-up schedule spends reaching its peak
+ONE_CYCLE_RISE = 0.3  # share of the run a one-cycle schedule spends rising (torch's default)
 
 
 def standard_model(recipe: Recipe) -> nn.Module:
-    """The task's model (see :mod:`faultbench.faults.architectures`) with one hidden layer."""
-    return nn.Sequential(
-        body(
-            recipe.architecture,
-            n_features=recipe.X_train.shape[1],
-            n_classes=recipe.n_classes,
-            widths=(recipe.hidden,),
-            image_side=recipe.image_side,
-            channels=recipe.channels,
-        )
+    """The design's network (see :mod:`faultbench.faults.architectures`)."""
+    return build(
+        recipe.network,
+        n_features=recipe.X_train.shape[1],
+        n_classes=recipe.n_classes,
+        image_side=recipe.image_side,
     )
 
 
@@ -65,10 +78,42 @@ def all_parameters(model: nn.Module, recipe: Recipe) -> list[dict[str, Any]]:
 
 
 def named_optimizer(groups: list[dict[str, Any]], recipe: Recipe) -> torch.optim.Optimizer:
-    """The task's optimizer at its working rate: Adam, or SGD with momentum."""
-    if recipe.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=recipe.lr, momentum=recipe.momentum)
-    return torch.optim.Adam(groups, lr=recipe.lr)
+    """The design's optimizer at its rate and weight decay."""
+    d = recipe.design
+    if d.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=d.lr, momentum=d.momentum, weight_decay=d.weight_decay)
+    kind = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop}
+    return kind[d.optimizer](groups, lr=d.lr, weight_decay=d.weight_decay)
+
+
+def warmup_then_cosine(step: int, *, warm: int, total: int) -> float:
+    """The rate's factor for update ``step`` (counted from 0, as ``LambdaLR`` asks): a linear
+    warm-up to 1 over ``warm`` updates, then a cosine decay to 0 at ``total``."""
+    done = step + 1
+    if done <= warm:
+        return done / warm
+    return 0.5 * (1.0 + math.cos(math.pi * (done - warm) / max(1, total - warm)))
+
+
+def designed_schedule(optimizer: torch.optim.Optimizer, recipe: Recipe) -> LRScheduler:
+    """The design's schedule of the rate, from torch's schedulers, stepped after each update."""
+    total, name = recipe.steps, recipe.design.schedule
+    if name == "cosine":
+        return lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
+    if name == "one_cycle":
+        return lr_scheduler.OneCycleLR(
+            optimizer, max_lr=recipe.design.lr, total_steps=total, pct_start=ONE_CYCLE_RISE
+        )
+    if name == "warmup_decay":
+        warm = max(1, round(WARMUP_SHARE * total))
+        return lr_scheduler.LambdaLR(
+            optimizer, functools.partial(warmup_then_cosine, warm=warm, total=total)
+        )
+    return lr_scheduler.LambdaLR(optimizer, _constant_rate)
+
+
+def _constant_rate(step: int) -> float:
+    return 1.0
 
 
 def shuffled_batches(recipe: Recipe) -> Iterator[Batch]:
@@ -87,7 +132,7 @@ def zero_gradients(model: nn.Module, optimizer: torch.optim.Optimizer, step: int
 
 
 def no_clipping(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """The healthy recipe clips nothing."""
+    """A design without clipping clips nothing."""
 
 
 def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
@@ -105,38 +150,69 @@ class Recipe:
     y_train: np.ndarray  # labels the loop trains on
     X_val: np.ndarray  # inputs the run validates on
     y_val: np.ndarray  # labels the run validates on
-    architecture: str  # "mlp", "cnn" or "gru" (see faultbench.faults.architectures)
-    hidden: int  # width of the hidden layer
+    design: Design  # the healthy choices: network, optimizer and rate, batch, schedule, ...
     image_side: int  # side of the square images a "cnn" reads
-    optimizer: str  # the task's optimizer: "adam", or "sgd" (with momentum)
-    lr: float  # the optimizer's learning rate
-    batch_size: int  # examples per update
     steps: int  # optimizer updates
-    momentum: float = 0.9  # SGD's momentum (unused by Adam)
-    channels: int = CNN_CHANNELS  # feature maps of the CNN's convolution
     make_model: ModelFactory = standard_model  # builds the model once the seed is set
     loss: LossFn = F.cross_entropy  # loss(output, target), what backward starts from
     param_groups: GroupsFactory = all_parameters  # the optimizer's parameter groups
     make_optimizer: OptimizerFactory = named_optimizer  # builds the optimizer from the groups
+    make_schedule: ScheduleFactory = designed_schedule  # the rate over the run, stepped per update
     loader: LoaderFactory = shuffled_batches  # the endless stream of training batches
     clear: StepPart = zero_gradients  # before backward: where zero_grad lives
     clip: StepPart = no_clipping  # between backward and the update: where clipping lives
     update: StepPart = optimizer_step  # applies the gradients: where optimizer.step() lives
     inapplicable: Mapping[str, str] = field(default_factory=dict)  # fault -> why it cannot apply
 
+    @property
+    def network(self) -> Network:
+        """The design's model."""
+        return self.design.network
+
+    @property
+    def architecture(self) -> str:
+        """ "mlp", "cnn" or "gru"."""
+        return self.design.network.architecture
+
+    @property
+    def lr(self) -> float:
+        """The design's learning rate (a schedule's peak)."""
+        return self.design.lr
+
+    @property
+    def batch_size(self) -> int:
+        """Examples per update."""
+        return self.design.batch_size
+
     def replace(self, **changes: Any) -> Recipe:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+    def redesign(self, **changes: Any) -> Recipe:
+        """A copy whose design has some fields changed (``lr=``, ``batch_size=``, ...)."""
+        return self.replace(design=self.design.replace(**changes))
+
+    def renetwork(self, **changes: Any) -> Recipe:
+        """A copy whose network has some fields changed (``widths=``, ``channels=``, ...)."""
+        return self.replace(design=self.design.with_network(**changes))
 
     def rng(self, purpose: str) -> np.random.Generator:
         """A generator seeded from the run's seed and ``purpose``: a fault's randomness is
         the same in every run of that seed, and independent of every other use."""
         return np.random.Generator(np.random.PCG64([self.seed, zlib.crc32(purpose.encode())]))
 
+    def pick_hidden(self, purpose: str) -> str:
+        """One of the network's hidden layers, the same for every run of this seed and design:
+        where a fault of one layer (frozen, dead, narrow) strikes."""
+        names = self.network.hidden_names
+        return names[int(self.rng(purpose).integers(len(names)))]
 
-def base_setup(task: Task, seed: int) -> Recipe:
-    """The healthy recipe of ``task`` for one seed."""
+
+def base_setup(task: Task, seed: int, design: Design | None = None) -> Recipe:
+    """The healthy recipe of ``task`` for one seed: ``design``, or the task's reference one."""
     d = task.defaults
+    design = design or task.reference_design()
+    clip = _clipper(design.clip) if design.clip > 0 else no_clipping
     return Recipe(
         seed=seed,
         n_classes=task.n_classes,
@@ -144,16 +220,21 @@ def base_setup(task: Task, seed: int) -> Recipe:
         y_train=task.y_train,
         X_val=task.X_val,
         y_val=task.y_val,
-        architecture=d.architecture,
-        hidden=d.hidden,
+        design=design,
         image_side=d.image_side,
-        optimizer=d.optimizer,
-        lr=d.lr,
-        momentum=d.momentum,
-        batch_size=d.batch_size,
         steps=d.steps,
+        clip=clip,
         inapplicable=task.inapplicable,
     )
+
+
+def _clipper(max_norm: float) -> StepPart:
+    """``clip_grad_norm_(model.parameters(), max_norm)`` after each backward."""
+
+    def clip_gradients(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+    return clip_gradients
 
 
 def steps_per_epoch(recipe: Recipe) -> int:

@@ -11,14 +11,30 @@ every run and are hashed with the training code.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
+import textwrap
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 _SHARED = ("faultbench.faults.recipe", "faultbench.faults.architectures")  # in every run's key
 _CONSTANT = (int, float, str, bool, tuple, frozenset, type(None))
+
+
+def normalized_source(obj: Any) -> str:
+    """The code of ``obj`` (a module, class or function) without its docstrings and
+    comments: what it does, not how it is described, so an edit of its prose keys nothing."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        first = node.body[0] if node.body else None
+        docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+        if docstring and isinstance(first.value.value, str):  # type: ignore[union-attr]
+            node.body = node.body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
 
 
 def code_hash(functions: list[Callable[..., Any]]) -> str:

@@ -22,15 +22,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from faultbench.faults.grid import grid_points
 from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
 from faultbench.scoring.diagnosis import get_diagnoser, ships_with_faultbench
-from faultbench.scoring.evaluate import grid_specs
+from faultbench.scoring.plan import plan
 from faultbench.storage.records import RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.training.engine import Engine
+from faultbench.training.monitor import DEFAULT_EVERY
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class Evaluation:
     task: str
     grid: str  # "classic" or "full"
     seeds: int
+    every: int = DEFAULT_EVERY  # the sampling the traces are read at
+    healthy_seeds: int | None = None  # the full grid's healthy runs (None: the default)
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,28 @@ class _Job:
     isolate: bool | None
 
 
-def _specs(ev: Evaluation) -> list[RunSpec]:
+def _specs(ev: Evaluation, store: Store, engine: Engine | None = None) -> list[RunSpec]:
+    """The runs ``ev`` scores (planning the full grid trains its bases' healthy runs)."""
     task = get_task(ev.task)
-    return grid_specs(task, grid_points(task, ev.grid), ev.seeds)
+    kept = plan(
+        task,
+        ev.grid,
+        seeds=ev.seeds,
+        healthy_seeds=ev.healthy_seeds,
+        store=store,
+        engine=engine,
+        progress=False,
+    )
+    return kept.specs
 
 
 def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -> int:
     """Train every run the evaluations score that is not stored, in one batch per task on
-    ``engine``. Returns runs trained."""
+    ``engine`` (after the full grids' bases are verified). Returns runs trained."""
     trained = 0
     by_task: dict[str, list[RunSpec]] = {}
     for ev in evaluations:
-        by_task.setdefault(ev.task, []).extend(_specs(ev))
+        by_task.setdefault(ev.task, []).extend(_specs(ev, store, engine))
     for name, specs in by_task.items():
         unique = list(dict.fromkeys(specs))
         found = ensure_records(unique, get_task(name), store=store, engine=engine, copy=False)
@@ -87,7 +99,7 @@ def diagnose_ahead(
         ev
         for ev in evaluations
         if ships_with_faultbench(get_diagnoser(ev.diagnoser))
-        and not DiagnosisCache(store, ev.diagnoser, code).answers_all(_specs(ev))
+        and not DiagnosisCache(store, ev.diagnoser, code, ev.every).answers_all(_specs(ev, store))
     ]  # a rerun with every answer stored starts no worker at all
     for name in dict.fromkeys(ev.diagnoser for ev in stored):
         prepare = getattr(get_diagnoser(name), "prepare", None)
@@ -110,6 +122,8 @@ def _diagnose(job: _Job) -> int:
         ev.task,
         seeds=ev.seeds,
         grid=ev.grid,
+        healthy_seeds=ev.healthy_seeds,
+        every=ev.every,
         store=_store(job.root),
         timeout=job.timeout,
         isolate=job.isolate,

@@ -19,7 +19,9 @@ every other.
 
 Layout, beside the record's attempts (which the store's globs never descend into)::
 
-    <run key folder>/diagnoses/<diagnoser>/<code>-<attempt>.json
+    <run key folder>/diagnoses/<diagnoser>/<code>-<attempt>-every<k>.json
+
+(``k``: the sampling the trace was read at, :func:`faultbench.scoring.harness.run_for`).
 
 Files are written whole or not at all (a temporary name, then a rename); a
 store that cannot be written (read-only) is read from and nothing is stored.
@@ -122,11 +124,12 @@ class DiagnosisCache:
     store: Store
     diagnoser: str  # the registered name
     code: str  # diagnosis_code()
+    every: int  # the sampling the traces were read at
 
     def path(self, record: RunRecord) -> Path:
         """The file that holds (or would hold) the answer on ``record``."""
         folder = self.store.spec_dir(record.spec) / record.key / "diagnoses" / self.diagnoser
-        return folder / f"{self.code}-{record.attempt}.json"
+        return folder / f"{self.code}-{record.attempt}-every{self.every}.json"
 
     def load(self, record: RunRecord) -> Outcome | None:
         """The stored answer on ``record``, or None (none stored, or unreadable)."""

@@ -11,8 +11,9 @@ from typing import Any, Protocol
 import pandas as pd
 from sklearn.metrics import confusion_matrix
 
-from faultbench.core.errors import FaultbenchError
+from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.limits import DEFAULT_TIMEOUT
+from faultbench.faults.family import measured
 from faultbench.faults.fault import (
     HEALTHY,
     OTHER_FAULT,
@@ -21,12 +22,14 @@ from faultbench.faults.fault import (
     condition_names,
     label_of,
 )
-from faultbench.faults.grid import GridPoint, grid_points
+from faultbench.faults.grid import check_selection
+from faultbench.faults.levels import calibrated
 from faultbench.scoring import scores, summary
 from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, diagnosis_code
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser, ships_with_faultbench
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.scoring.manifest import Manifestation, manifestation
+from faultbench.scoring.plan import plan
 from faultbench.scoring.summary import coverage
 from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunRecord, RunSpec
@@ -34,6 +37,10 @@ from faultbench.storage.runner import progress_bar
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task, get_task
 from faultbench.training.engine import Engine
+from faultbench.training.monitor import DEFAULT_EVERY, SAMPLINGS
+
+#: The samplings a stored trace can be read at: every step, and those it kept counts for.
+SAMPLINGS_READ = (1, *SAMPLINGS)
 
 __all__ = [
     "MIN_HEALTHY_REFERENCE",
@@ -41,7 +48,6 @@ __all__ = [
     "RunResult",
     "coverage",
     "evaluate",
-    "grid_specs",
     "run_for",
 ]
 
@@ -70,6 +76,12 @@ class RunResult:
     deviations: tuple[str, ...] = ()  # the trace signals outside the healthy runs' spread
     variant: str = ""  # the fault's mechanism, ``fault.variant`` ('' for healthy)
     level: str = ""  # mild, moderate, severe, canonical or fixed ('' for healthy)
+    design: dict[str, Any] = field(default_factory=dict)  # the drawn base's axes ({}: reference)
+
+    @property
+    def drawn(self) -> bool:
+        """Whether the run trained on a drawn base rather than the task's reference recipe."""
+        return bool(self.design)
 
     @property
     def truth(self) -> str:
@@ -95,6 +107,9 @@ class Report:
     notes: tuple[str, ...] = ()  # stale or broken records met on the way
     not_applicable: tuple[tuple[str, str], ...] = ()  # faults the task declares moot, and why
     grid: str = "custom"  # the grid scored: full, classic, or custom (conditions given)
+    every: int = DEFAULT_EVERY  # the sampling the traces were read at (Monitor's every)
+    redraws: int = 0  # drawn designs that did not train healthy and were drawn again
+    passed_over: tuple[tuple[str, int, str], ...] = ()  # (variant, seed, why) not applicable
 
     def scored_frame(self) -> pd.DataFrame:
         """One row per diagnosis in the columns of :data:`faultbench.scoring.scores.COLUMNS`."""
@@ -119,6 +134,8 @@ class Report:
                     "status": r.status,
                     "probe_steps": r.probe_steps,
                     "diagnose_seconds": r.diagnose_seconds,
+                    "drawn": r.drawn,
+                    "every": self.every,
                 }
             )
         return pd.DataFrame(rows, columns=list(scores.COLUMNS))
@@ -261,6 +278,7 @@ class Report:
             "total": self.total,
             "accuracy": self.accuracy,
             "grid": self.grid,
+            "every": self.every,
             "scores": self.scores,
             "confusion": {
                 t: {p: int(confusion.loc[t, p]) for p in confusion.columns} for t in confusion.index
@@ -272,6 +290,13 @@ class Report:
             "failures": self.failures,
             "manifestation": self.manifestation,
             "not_applicable": dict(self.not_applicable),
+            "bases": {
+                "drawn": sum(r.drawn for r in self.results if r.condition == HEALTHY),
+                "redraws": self.redraws,
+                "passed_over": [
+                    {"variant": v, "seed": seed, "why": why} for v, seed, why in self.passed_over
+                ],
+            },
             "coverage": coverage(self.results),
             "mean_probe_steps": self.mean_probe_steps,
             "mean_train_steps": self.mean_train_steps,
@@ -286,6 +311,7 @@ class Report:
                     "also": list(r.also),
                     "status": r.status,
                     "message": r.message,
+                    "design": r.design,
                     "manifested": r.manifested,
                     "deviations": list(r.deviations),
                     "probe_steps": r.probe_steps,
@@ -318,6 +344,8 @@ def evaluate(
     faults: Sequence[str] | None = None,
     variants: Sequence[str] | None = None,
     levels: Sequence[str] | None = None,
+    healthy_seeds: int | None = None,
+    every: int = DEFAULT_EVERY,
     store: Store | str | None = None,
     engine: Engine | None = None,
     timeout: float = DEFAULT_TIMEOUT,
@@ -335,15 +363,22 @@ def evaluate(
     Args:
         diagnoser: A registered name, ``module:Class``, or a diagnoser object.
         task: A registered task name or a :class:`Task`.
-        seeds: Number of seeds, 0 to ``seeds - 1``.
-        conditions: The conditions to run (a "custom" grid); when given, ``grid``
-            and the selection below are ignored.
-        grid: "full" (every variant at its calibrated levels and the held-out
-            faults) or "classic" (the nine at their canonical severities); see
-            :mod:`faultbench.faults.grid`.
+        seeds: Runs per fault point: seeds 0 to ``seeds - 1`` on the reference
+            recipe, or the first ``seeds`` drawn bases the fault applies to on
+            the full grid (:mod:`faultbench.scoring.plan`).
+        conditions: The conditions to run (a "custom" grid, on the reference
+            recipe); when given, ``grid`` and the selection below are ignored.
+        grid: "full" (drawn bases; every variant at its calibrated levels and
+            the held-out faults) or "classic" (the task's reference recipe; the
+            nine at their canonical severities); see :mod:`faultbench.faults.grid`.
         faults: Keep only these faults of the grid (healthy always stays).
         variants: Keep only these variants (``fault.variant`` or the bare name).
         levels: Keep only these severity levels (mild, moderate, severe, ...).
+        healthy_seeds: Healthy runs of the full grid, each on its own drawn base
+            (default :data:`~faultbench.scoring.plan.HEALTHY_SEEDS`; at least ``seeds``).
+        every: Read each trace as ``Monitor(every=every)`` would have recorded it:
+            the Monitor's default by default, the trace a practitioner has; 1 for
+            every step (see :meth:`~faultbench.training.trace.Trace.sampled`).
         store: Where records live; :func:`faultbench.storage.store.default_root` by default.
         engine: Where training runs; see :func:`faultbench.training.engine.make_engine`.
         timeout: Seconds one diagnosis may take before it counts as a timeout (positive).
@@ -356,29 +391,45 @@ def evaluate(
         The report.
 
     Raises:
-        FaultbenchError: unknown names, ``seeds`` below 1, a timeout that is
-            not a positive number, a store that cannot be one, or a diagnoser
-            that does not load in a worker process.
+        FaultbenchError: unknown names, ``seeds`` or ``healthy_seeds`` below 1, an
+            ``every`` the stored traces cannot be read at, a timeout that is not a
+            positive number, a store that cannot be one, or a diagnoser that does
+            not load in a worker process.
     """
     from faultbench.storage.runner import ensure_records
 
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise FaultbenchError(f"seeds must be an integer of at least 1; got {seeds!r}")
+    for name, value in (("seeds", seeds), ("healthy_seeds", healthy_seeds), ("every", every)):
+        if value is None and name == "healthy_seeds":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise FaultbenchError(f"{name} must be an integer of at least 1; got {value!r}")
+    if every not in SAMPLINGS_READ:
+        raise unknown_name("every", str(every), [str(k) for k in SAMPLINGS_READ])
     timeout = check_timeout(timeout)
     diag = get_diagnoser(diagnoser)
     the_task = get_task(task)
-    if conditions:
-        points = [GridPoint(c, c.name if c.faults else "", "", "custom") for c in conditions]
-    else:
-        points = grid_points(the_task, grid, faults=faults, variants=variants, levels=levels)
     the_store = store if isinstance(store, Store) else Store(store)
     the_store.check()
-    specs = grid_specs(the_task, points, seeds)
-    where = {point.condition: point for point in points}
+    check_selection(grid, faults, variants, levels)
+    the_plan = plan(
+        the_task,
+        grid,
+        seeds=seeds,
+        healthy_seeds=healthy_seeds,
+        conditions=conditions,
+        faults=faults,
+        variants=variants,
+        levels=levels,
+        store=the_store,
+        engine=engine,
+        progress=progress,
+    )
+    specs = the_plan.specs
+    where = dict((spec, point) for point, spec in the_plan.runs)
     in_worker, note = wants_worker(diag, isolate)
-    stored = _stored_answers(diagnoser, diag, the_store)
+    stored = _stored_answers(diagnoser, diag, the_store, every)
     answered = stored is not None and stored.answers_all(specs)
-    with _diagnoser_for(diag, the_task, timeout, in_worker and not answered) as diagnose:
+    with _diagnoser_for(diag, the_task, timeout, every, in_worker and not answered) as diagnose:
         if stored is not None:
             diagnose = _Stored(diagnose, stored)
         prepare = getattr(diag, "prepare", None)
@@ -395,9 +446,12 @@ def evaluate(
         with progress_bar(len(scored), desc, unit="run", show=progress) as bar:
             results = []
             for spec, record in scored:
-                point = where[spec.condition]
+                point = where[spec]
                 one = _score_one(diagnose, spec, record)
-                results.append(replace(one, variant=point.variant, level=point.level))
+                design = spec.design.axes() if spec.design is not None else {}
+                results.append(
+                    replace(one, variant=point.variant, level=point.level, design=design)
+                )
                 bar.update()
     healthy, more = _healthy_reference(specs, scored, seeds, the_task, the_store, engine)
     results = _with_manifestation(results, [record for _, record in scored], healthy)
@@ -410,18 +464,31 @@ def evaluate(
         tuned_on=tuple(sorted(diag.tuned_on)),
         results=tuple(results),
         trained=trained + more,
-        notes=tuple([*the_store.notes, *([note] if note else [])]),
+        notes=tuple([*the_store.notes, *([note] if note else []), *_canonical_notes(the_task)]),
         not_applicable=tuple(sorted(the_task.inapplicable.items())),
-        grid=points[0].grid if points else "custom",
+        grid=the_plan.grid,
+        every=every,
+        redraws=the_plan.redraws,
+        passed_over=tuple(
+            (variant, seed, why)
+            for variant, out in the_plan.passed_over.items()
+            for seed, why in out
+        ),
     )
 
 
-def grid_specs(task: Task, points: Sequence[GridPoint], seeds: int) -> list[RunSpec]:
-    """The runs an evaluation scores: every point of its grid on seeds 0 to ``seeds - 1``."""
+def _canonical_notes(task: Task) -> list[str]:
+    """One line for a task whose family rates or severity levels no calibration measured."""
+    missing = [
+        what
+        for what, done in (("working rates", measured(task)), ("severity levels", calibrated(task)))
+        if not done
+    ]
+    if not missing:
+        return []
     return [
-        RunSpec(task.name, task.fingerprint, point.condition, seed)
-        for point in points
-        for seed in range(seeds)
+        f"task '{task.name}': its family's {' and '.join(missing)} are canonical, not measured "
+        f"on it; to measure them: faultbench.tools.calibrate.calibrate_task(task, store=...)"
     ]
 
 
@@ -438,13 +505,13 @@ class Diagnose(Protocol):
 
 @contextlib.contextmanager
 def _diagnoser_for(
-    diag: Diagnoser, task: Task, timeout: float, in_worker: bool
+    diag: Diagnoser, task: Task, timeout: float, every: int, in_worker: bool
 ) -> Iterator[Diagnose]:
     if not in_worker:
-        yield _InProcess(diag, task, timeout)
+        yield _InProcess(diag, task, timeout, every)
         return
-    with DiagnosisWorker(diag, task, timeout=timeout) as worker:  # refuses an unpicklable one
-        yield worker
+    with DiagnosisWorker(diag, task, timeout=timeout, every=every) as worker:  # refuses an
+        yield worker  # unpicklable one
 
 
 @dataclass(frozen=True)
@@ -454,6 +521,7 @@ class _InProcess:
     diag: Diagnoser  # the diagnoser
     task: Task  # the task the records belong to
     timeout: float  # seconds per diagnosis
+    every: int  # the sampling the traces are read at
 
     def start(self) -> None:
         """Nothing to start."""
@@ -461,18 +529,20 @@ class _InProcess:
     def diagnose(self, record: RunRecord) -> Outcome:
         """Rebuild the run and diagnose it safely, here."""
         try:  # a copy: the record is the store's, shared by every diagnoser after this one
-            run = run_for(deepcopy(record), self.task)
+            run = run_for(deepcopy(record), self.task, self.every)
         except Exception as exc:  # a broken setup must not stop the other runs
             return Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
         return diagnose_safely(self.diag, run, timeout=self.timeout)
 
 
-def _stored_answers(asked: str | Diagnoser, diag: Diagnoser, store: Store) -> DiagnosisCache | None:
+def _stored_answers(
+    asked: str | Diagnoser, diag: Diagnoser, store: Store, every: int
+) -> DiagnosisCache | None:
     """Where ``diag``'s answers are stored, if they can be (see :mod:`faultbench.scoring.cache`):
     a diagnoser that ships with faultbench, asked for by its registered name."""
     if not (isinstance(asked, str) and ":" not in asked and ships_with_faultbench(diag)):
         return None
-    return DiagnosisCache(store, diag.name, diagnosis_code())
+    return DiagnosisCache(store, diag.name, diagnosis_code(), every)
 
 
 @dataclass(frozen=True)
@@ -505,22 +575,23 @@ def _healthy_reference(
 ) -> tuple[list[RunRecord], int]:
     """The healthy runs each faulty run is compared with, and how many were trained for it.
 
-    The grid's own, or, for a grid without any (a sweep, pairs), healthy
-    seeds trained for the purpose.
+    The grid's own (on the full grid, every drawn base's), or, for a grid
+    without any (a sweep, pairs), reference-recipe healthy seeds trained for the purpose.
     """
     from faultbench.storage.runner import ensure_records
 
-    has_healthy = any(spec.condition.name == HEALTHY for spec in specs)
-    reference = range(seeds if has_healthy else max(seeds, MIN_HEALTHY_REFERENCE))
-    found = {spec.seed: rec for spec, rec in scored if spec.condition.name == HEALTHY}
+    own = [record for spec, record in scored if spec.condition.name == HEALTHY]
+    if own:
+        return own, 0
     extra = [
-        RunSpec(task.name, task.fingerprint, Condition(), s) for s in reference if s not in found
+        RunSpec(task.name, task.fingerprint, Condition(), s)
+        for s in range(max(seeds, MIN_HEALTHY_REFERENCE))
     ]
-    trained = 0
-    for spec, record, fresh in ensure_records(extra, task, store=store, engine=engine, copy=False):
+    found, trained = [], 0
+    for _, record, fresh in ensure_records(extra, task, store=store, engine=engine, copy=False):
         trained += fresh
-        found[spec.seed] = record
-    return [found[s] for s in reference], trained
+        found.append(record)
+    return found, trained
 
 
 def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResult:

@@ -31,6 +31,7 @@ from faultbench.scoring.run import Probe, Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
 from faultbench.training.loop import THREADS  # the runs' thread count
+from faultbench.training.monitor import DEFAULT_EVERY
 
 #: What a diagnosis can end as: answered, raised or answered nonsense, ran past
 #: its limit, or took its worker process down (segfault, ``os._exit``).
@@ -77,11 +78,18 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
-def run_for(record: RunRecord, task: Task) -> Run:
-    """The run a diagnoser is handed for ``record``: trace, config, probe, no truth."""
+def run_for(record: RunRecord, task: Task, every: int = DEFAULT_EVERY) -> Run:
+    """The run a diagnoser is handed for ``record``: trace, config, probe, no truth.
+
+    The trace is read as ``Monitor(every=every)`` would have recorded the run
+    (:meth:`~faultbench.training.trace.Trace.sampled`): by default the Monitor's
+    default, the trace a practitioner has; ``every=1`` gives every step.
+    """
     assert record.trace is not None and record.config is not None
-    setup = record.spec.condition.apply(base_setup(task, record.spec.seed))
-    return Run(task.name, record.spec.seed, record.trace, record.config, Probe.from_setup(setup))
+    spec = record.spec
+    setup = spec.condition.apply(base_setup(task, spec.seed, spec.design))
+    trace = record.trace.sampled(every)
+    return Run(task.name, spec.seed, trace, record.config, Probe.from_setup(setup))
 
 
 def diagnose_safely(diagnoser: Diagnoser, run: Run, *, timeout: float = DEFAULT_TIMEOUT) -> Outcome:

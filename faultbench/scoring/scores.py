@@ -48,6 +48,8 @@ COLUMNS = {
     "predicted": "the diagnoser's label (unknown on error or timeout)",
     "status": "ok, or why the answer failed (error, timeout, crashed, run-failed)",
     "probe_steps": "probe training steps the diagnosis used",
+    "drawn": "True when the run trained on a base drawn from the task's family",
+    "every": "the sampling the trace was read at (the Monitor's every)",
     "diagnose_seconds": "wall time of the diagnosis (a measurement, not a score)",
 }
 RUN_KEY = ("task", "truth", "variant", "level", "grid", "seed")  # one run, across diagnosers

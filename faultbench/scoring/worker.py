@@ -37,6 +37,7 @@ from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, ships_with_faultben
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
+from faultbench.training.monitor import DEFAULT_EVERY
 
 GRACE = 2.0  # seconds past the limit for the worker's own alarm to answer, before SIGTERM
 TERM_WAIT = 0.5  # seconds between SIGTERM and SIGKILL: a worker that ignores SIGTERM dies anyway
@@ -54,13 +55,17 @@ class DiagnosisWorker:
             so its module must be importable in a fresh process).
         task: The task the records belong to (pickled too).
         timeout: Seconds one diagnosis may take (positive).
+        every: The sampling each run's trace is read at (see :func:`run_for`).
 
     Raises:
         FaultbenchError: ``timeout`` is not positive, or the diagnoser cannot be pickled.
     """
 
-    def __init__(self, diagnoser: Diagnoser, task: Task, *, timeout: float) -> None:
+    def __init__(
+        self, diagnoser: Diagnoser, task: Task, *, timeout: float, every: int = DEFAULT_EVERY
+    ) -> None:
         self.timeout = check_timeout(timeout)
+        self.every = every
         self.name = diagnoser.name
         self._diagnoser, self._task = diagnoser, task
         self._payload = b""
@@ -102,7 +107,7 @@ class DiagnosisWorker:
         self._proc, self._conn = proc, conn
         self.started += 1
         _LIVE.add(self)
-        conn.send((sys.path, self._payload, self.timeout))
+        conn.send((sys.path, self._payload, self.timeout, self.every))
         kind, value = self._receive(START_LIMIT)
         if kind != "ready":
             why = value if kind == "failed" else _start_failure(kind, proc)
@@ -281,7 +286,7 @@ def serve(read_fd: int, write_fd: int) -> None:
     faulthandler.enable()  # a segfault leaves its traceback on stderr
     conn = _Pipe(read_fd, write_fd)
     try:
-        path, payload, timeout = conn.recv()
+        path, payload, timeout, every = conn.recv()
         sys.path[:] = path  # the driver's: the diagnoser's module must import as it did there
         diagnoser, task = pickle.loads(payload)
         labels()  # the registries load now (plug-ins included), not inside the first time limit
@@ -296,14 +301,19 @@ def serve(read_fd: int, write_fd: int) -> None:
             return
         if record is None:
             return
-        conn.send(_answer(conn, diagnoser, task, record, timeout))
+        conn.send(_answer(conn, diagnoser, task, record, timeout, every))
 
 
 def _answer(
-    conn: Connection, diagnoser: Diagnoser, task: Task, record: RunRecord, timeout: float
+    conn: Connection,
+    diagnoser: Diagnoser,
+    task: Task,
+    record: RunRecord,
+    timeout: float,
+    every: int,
 ) -> tuple[str, Outcome]:
     try:
-        run = run_for(record, task)
+        run = run_for(record, task, every)
     except Exception as exc:  # a broken setup must not stop the other runs
         return "outcome", Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
     conn.send(("started", None))

@@ -18,9 +18,10 @@ from functools import cache
 from typing import Any
 
 from faultbench.faults.fault import Condition
+from faultbench.tasks.design import Design
 from faultbench.training.trace import RunConfig, Trace
 
-SCHEMA = 2  # bump when the record layout changes; older records are re-run
+SCHEMA = 3  # bump when the record layout changes; older records are re-run
 STATUSES = ("ok", "failed")  # what an attempt can end as
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -37,6 +38,14 @@ class RunSpec:
     task_fingerprint: str  # hash of the task's arrays and defaults
     condition: Condition  # what is broken
     seed: int  # the run's seed
+    design: Design | None = None  # the base recipe the faults wrap; None: the task's reference
+
+    @property
+    def folder(self) -> str:
+        """The seed's folder name: ``seed-3``, or ``seed-3.<design digest>`` for another base."""
+        if self.design is None:
+            return f"seed-{self.seed}"
+        return f"seed-{self.seed}.{self.design.digest}"
 
     @property
     def slug(self) -> str:
@@ -51,6 +60,7 @@ class RunSpec:
             "task_fingerprint": self.task_fingerprint,
             "condition": [list(pair) for pair in self.condition.faults],
             "seed": self.seed,
+            "design": self.design.to_dict() if self.design else None,
             "code": code_version(),
             "faults": _faults_hash(self.condition),  # every involved fault's variants' code
         }
@@ -63,13 +73,17 @@ class RunSpec:
             "task_fingerprint": self.task_fingerprint,
             "condition": [list(pair) for pair in self.condition.faults],
             "seed": self.seed,
+            "design": self.design.to_dict() if self.design else None,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         """Inverse of :meth:`to_dict`."""
         faults = tuple((str(n), None if s is None else float(s)) for n, s in data["condition"])
-        return cls(data["task"], data["task_fingerprint"], Condition(faults), int(data["seed"]))
+        design = Design.from_dict(data["design"]) if data.get("design") else None
+        return cls(
+            data["task"], data["task_fingerprint"], Condition(faults), int(data["seed"]), design
+        )
 
 
 @cache

@@ -44,7 +44,7 @@ def train_record(job: TrainJob) -> RunRecord:
     try:
         task = job.task or get_task(spec.task)
         with one_thread():
-            result = train(spec.condition.apply(base_setup(task, spec.seed)))
+            result = train(spec.condition.apply(base_setup(task, spec.seed, spec.design)))
     except Exception as exc:
         detail = traceback.format_exc(limit=3)
         return _failed(job, f"{type(exc).__name__}: {exc}", time.perf_counter() - start, detail)

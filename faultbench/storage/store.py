@@ -113,7 +113,7 @@ class Store:
 
     def spec_dir(self, spec: RunSpec) -> Path:
         """The directory holding every code version's attempts at ``spec``."""
-        return self.root / _safe(spec.task) / _safe(spec.slug) / f"seed-{spec.seed}"
+        return self.root / _safe(spec.task) / _safe(spec.slug) / spec.folder
 
     def attempts(self, spec: RunSpec) -> list[Path]:
         """Attempt files for the current code version of ``spec``, oldest first."""
@@ -146,7 +146,7 @@ class Store:
             else:
                 failed += 1
         if found is None:
-            where = f"{spec.task}/{spec.slug}/seed-{spec.seed}"
+            where = f"{spec.task}/{spec.slug}/{spec.folder}"
             if broken:
                 self.notes.append(f"{where}: no usable record ({broken} broken); trained again")
             if failed:
@@ -181,7 +181,7 @@ class Store:
         stale = [p for p in self.spec_dir(spec).glob("*/") if p.name != current]
         if stale:
             self.notes.append(
-                f"{spec.task}/{spec.slug}/seed-{spec.seed}: {len(stale)} stored version(s) made "
+                f"{spec.task}/{spec.slug}/{spec.folder}: {len(stale)} stored version(s) made "
                 "by other code (loop, fault or task changed); trained again"
             )
 

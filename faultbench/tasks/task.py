@@ -19,13 +19,13 @@ import numpy as np
 
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
+from faultbench.tasks.design import OPTIMIZERS, Design, Family, reference_design
 
 #: Fewest examples of any class a task may have. At the default validation share
 #: (0.2) that leaves two examples of each class to validate on and eight to train
 #: on: with fewer, one example moves a class's validation accuracy by a half or
 #: more, too coarse to tell a model that learned from one at chance.
 MIN_EXAMPLES_PER_CLASS = 10
-OPTIMIZERS = ("adam", "sgd")  # what a task's healthy recipe can train with
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class TrainDefaults:
     steps: int = 600  # optimizer updates per run
     architecture: str = "mlp"  # model recipe: "mlp", "cnn" (images) or "gru" (token ids)
     image_side: int = 0  # side of the square images a "cnn" reads from each row
-    optimizer: str = "adam"  # "adam", or "sgd": SGD with momentum
-    momentum: float = 0.9  # SGD's momentum (Adam has none)
+    optimizer: str = "adam"  # "adam", "adamw", "sgd" (with momentum) or "rmsprop"
+    momentum: float = 0.9  # SGD's momentum (the others have none)
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -66,6 +66,7 @@ class Task:
     classes: tuple[Any, ...]  # original label of each class index
     defaults: TrainDefaults = field(default_factory=TrainDefaults)
     inapplicable: Mapping[str, str] = field(default_factory=dict)  # fault -> why it cannot apply
+    family: Family | None = None  # the designs its grid draws; None: its architecture's default
 
     @property
     def n_classes(self) -> int:
@@ -81,6 +82,22 @@ class Task:
     def fingerprint(self) -> str:
         """A hash of the arrays and defaults: part of every run's cache key."""
         return _fingerprint(self)
+
+    def reference_design(self) -> Design:
+        """The task's reference recipe: its defaults, one hidden layer, nothing drawn."""
+        d = self.defaults
+        return reference_design(
+            architecture=d.architecture,
+            hidden=d.hidden,
+            optimizer=d.optimizer,
+            lr=d.lr,
+            batch_size=d.batch_size,
+            momentum=d.momentum,
+        )
+
+    def design_family(self) -> Family:
+        """The space of healthy designs the task's default grid draws from."""
+        return self.family or Family(self.defaults.architecture)
 
     def __repr__(self) -> str:
         return (
@@ -99,6 +116,7 @@ class Task:
         split_seed: int = 0,
         defaults: TrainDefaults | None = None,
         normalize: bool = True,
+        family: Family | None = None,
     ) -> Task:
         """Turn a user's arrays into a task with the benchmark's split and scaling.
 
@@ -111,6 +129,8 @@ class Task:
             defaults: Training defaults; the benchmark's when omitted.
             normalize: Standardize features with training statistics; turn it
                 off for inputs that are indices (token ids), not magnitudes.
+            family: The healthy designs the default grid draws; by default the
+                family of the defaults' architecture (:class:`Family`).
 
         Returns:
             The task.
@@ -137,6 +157,7 @@ class Task:
             y_val=y_va.astype(np.int64),
             classes=classes,
             defaults=defaults or TrainDefaults(),
+            family=family,
         )
 
 
@@ -263,7 +284,7 @@ def _fingerprint(task: Task) -> str:
     digest = hashlib.sha256()
     for arr in (task.X_train, task.y_train, task.X_val, task.y_val):
         digest.update(np.ascontiguousarray(arr).tobytes())
-    digest.update(repr((task.name, task.classes, task.defaults)).encode())
+    digest.update(repr((task.name, task.classes, task.defaults, task.design_family())).encode())
     value = digest.hexdigest()[:16]
     object.__setattr__(task, "_fingerprint", value)  # frozen, but a pure cache
     return value

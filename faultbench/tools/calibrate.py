@@ -2,15 +2,20 @@
 
 The rule, applied to measured runs only (no diagnoser is asked anything):
 
-1. For every known fault's variant with a knob that applies to the task,
-   train its knob's sweep (:meth:`Severity.grid`, mildest first) on the
-   calibration seeds :data:`SEEDS`, which no grid ever scores, beside healthy
-   runs of the same seeds.
+1. The calibration seeds :data:`SEEDS`, which no grid ever scores, draw their
+   verified bases from the task's family (:mod:`faultbench.storage.bases`),
+   whose healthy runs are the reference. For every known fault's variant with
+   a knob, train its knob's sweep (:meth:`Severity.grid`, mildest first) on
+   the first :data:`SWEEP_BASES` of those bases the variant applies to: a
+   severity's effect is measured over several drawn designs, so "mild" means
+   one thing across the family.
 2. A severity is *visible* when the manifestation check
    (:func:`faultbench.scoring.manifest.manifestation`) finds its run outside the
-   healthy spread in every calibration seed. Its *effect* is the median over
-   seeds of :func:`~faultbench.scoring.manifest.effect`: how many healthy
-   standard deviations the run moved its most-moved signal.
+   healthy spread in every swept base. Its *effect* is the median over those
+   bases of :func:`~faultbench.scoring.manifest.effect`: how many healthy
+   standard deviations the run moved its most-moved signal, rounded to
+   :data:`EFFECT_DIGITS` significant digits before any comparison, so that a
+   last-bit difference in training cannot move a level.
 3. *mild* is the mildest visible severity; *severe* the mildest whose effect
    is within 5% of the largest effect of the sweep (where the fault saturates);
    *moderate* the visible severity between them whose log-effect lies nearest
@@ -24,28 +29,43 @@ The rule, applied to measured runs only (no diagnoser is asked anything):
 
 Because effect is measured in units of the task's own healthy spread, "mild"
 means the same distance from healthy on digits as on the CNN task.
+
+Each level records the code it was measured on (:func:`measured_on`): the
+task's data, the training code, the variant's own code, the family's rates
+and this rule. ``make report`` reads the levels and never recalibrates;
+``make calibrate`` measures them again, and a test fails while a level was
+measured on other code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from faultbench.faults.family import working_rates
 from faultbench.faults.fault import Condition, condition, find, inapplicable, variant_ids
 from faultbench.faults.levels import LEVELS, Level
+from faultbench.faults.recipe import base_setup
+from faultbench.faults.source import normalized_source
+from faultbench.scoring import manifest
 from faultbench.scoring.manifest import EFFECT_CAP, effect, manifestation
-from faultbench.storage.records import RunRecord, RunSpec
+from faultbench.storage.bases import Base, verified_bases
+from faultbench.storage.records import RunRecord, RunSpec, code_version
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task
 from faultbench.training.engine import Engine
 from faultbench.training.trace import RunConfig, Trace
 
-SEEDS = (1000, 1001, 1002)  # calibration seeds: disjoint from every scored grid's 0..n-1
-VISIBLE_SHARE = 1.0  # a severity counts as visible only if every calibration seed shows it
+SEEDS = tuple(range(1000, 1010))  # calibration seeds: disjoint from every scored grid's 0..n-1
+SWEEP_BASES = 3  # the drawn bases each variant's sweep runs on
+VISIBLE_SHARE = 1.0  # a severity counts as visible only if every swept base shows it
+EFFECT_DIGITS = 2  # significant digits effects are compared at
 STEP = 1.2  # each level moves the signal at least 1.2x as far as the level below it
 SATURATED = 0.95  # "severe": the mildest severity within 5% of the sweep's largest effect
 
@@ -101,31 +121,31 @@ def calibrate(
     Runs are stored like every other (a second calibration trains nothing).
     """
     idents = list(variants) if variants is not None else knob_variants(task)
-    sweeps: dict[str, list[Condition]] = {}
+    bases = verified_bases(task, SEEDS, store=store, engine=engine, progress=progress)
+    sweeps: dict[str, list[tuple[Condition, list[Base]]]] = {}
     for ident in idents:
         knob = find(ident)[1].severity
         assert knob is not None
-        sweeps[ident] = [condition((ident, value)) for value in knob.grid()]
-    specs = [RunSpec(task.name, task.fingerprint, Condition(), s) for s in SEEDS]
-    specs += [
-        RunSpec(task.name, task.fingerprint, cond, s)
-        for conds in sweeps.values()
-        for cond in conds
-        for s in SEEDS
-    ]
+        conds = [condition((ident, value)) for value in knob.grid()]
+        on = [b for b in bases.values() if not conds[0].why_not(base_setup(task, b.seed, b.design))]
+        sweeps[ident] = [(cond, on[:SWEEP_BASES]) for cond in conds]
+    specs = [_spec(task, Condition(), base) for base in bases.values()]
+    specs += [_spec(task, cond, b) for points in sweeps.values() for cond, on in points for b in on]
     records = {
         spec: record
         for spec, record, _ in ensure_records(
             specs, task, store=store, engine=engine, progress=progress, copy=False
         )
     }
-    found = [_signals_of(records[spec]) for spec in specs[: len(SEEDS)]]
+    found = [_signals_of(records[spec]) for spec in specs[: len(bases)]]
     healthy = [h for h in found if h is not None]
     levels, sweep = [], []
-    for ident, conds in sweeps.items():
-        points = [_measure(ident, cond, task, records, healthy) for cond in conds]
-        sweep += points
-        for name, point in choose_levels(points).items():
+    for ident, points in sweeps.items():
+        measured = [_measure(task, cond, on, records, healthy) for cond, on in points]
+        sweep += measured
+        seeds = " ".join(str(b.seed) for b in points[0][1]) if points else ""
+        code = measured_on(task, ident)
+        for name, point in choose_levels(measured).items():
             levels.append(
                 Level(
                     task.name,
@@ -134,7 +154,8 @@ def calibrate(
                     point.severity,
                     point.effect,
                     point.visible_share,
-                    " ".join(map(str, SEEDS)),
+                    seeds,
+                    code,
                 )
             )
         if emit:
@@ -143,6 +164,19 @@ def calibrate(
             )
             emit(f"{task.name} {ident}: {chosen or 'no visible severity'}")
     return levels, sweep
+
+
+def measured_on(task: Task, ident: str) -> str:
+    """A hash of everything a level of ``ident`` on ``task`` depends on: the task's data,
+    the training code, the variant's code, the family's working rates, the rule itself."""
+    rates = sorted((name, lr) for name, lr in working_rates(task).items())
+    parts = [task.fingerprint, code_version(), find(ident)[0].source_hash, repr(rates)]
+    parts += [normalized_source(module) for module in (sys.modules[__name__], manifest)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
+def _spec(task: Task, cond: Condition, base: Base) -> RunSpec:
+    return RunSpec(task.name, task.fingerprint, cond, base.seed, base.design)
 
 
 Measured = tuple[Trace, RunConfig]  # what the manifestation check and the effect read
@@ -155,17 +189,17 @@ def _signals_of(record: RunRecord) -> Measured | None:
 
 
 def _measure(
-    ident: str,
-    cond: Condition,
     task: Task,
+    cond: Condition,
+    on: list[Base],
     records: dict[RunSpec, RunRecord],
     healthy: list[Measured],
 ) -> SweepPoint:
-    severity = cond.faults[0][1]
+    ((ident, severity),) = cond.faults
     assert severity is not None
     visible, effects = [], []
-    for seed in SEEDS:
-        run = _signals_of(records[RunSpec(task.name, task.fingerprint, cond, seed)])
+    for base in on:
+        run = _signals_of(records[_spec(task, cond, base)])
         if run is None:  # a run that failed to train (it crashed) is off the scale
             visible.append(True)
             effects.append(EFFECT_CAP)
@@ -173,4 +207,7 @@ def _measure(
         trace, config = run
         visible.append(bool(manifestation(trace, config, healthy).visible))
         effects.append(effect(trace, config, healthy))
-    return SweepPoint(ident, severity, float(np.mean(visible)), float(np.median(effects)))
+    if not on:  # no drawn base the variant applies to: nothing visible
+        return SweepPoint(ident, severity, 0.0, 0.0)
+    effect_ = float(f"{float(np.median(effects)):.{EFFECT_DIGITS}g}")
+    return SweepPoint(ident, severity, float(np.mean(visible)), effect_)

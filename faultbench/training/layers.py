@@ -57,8 +57,15 @@ def direct_parameters(model: nn.Module) -> dict[str, list[nn.Parameter]]:
 class _Group:
     """The parameters of one device and dtype, recorded into one block."""
 
-    def __init__(self, index: list[int], params: Sequence[torch.Tensor], every: int) -> None:
+    def __init__(
+        self,
+        index: list[int],
+        params: Sequence[torch.Tensor],
+        every: int,
+        also_every: Sequence[int] = (),
+    ) -> None:
         self.index = index  # positions in the monitor's parameter order
+        self.every = every  # steps between recorded steps
         self.params = [params[i] for i in index]
         sizes = [p.numel() for p in self.params]
         self.bounds = list(zip(np.cumsum([0, *sizes[:-1]]).tolist(), np.cumsum(sizes).tolist()))
@@ -80,6 +87,9 @@ class _Group:
         self.init = self.weights[0].clone()  # weights at the start
         # Per weight: recorded steps whose gradient was nonzero (0: never got one).
         self.seen = torch.zeros(width, dtype=torch.float32, device=first.device)
+        # The same, counting only the steps Monitor(every=k) would record, for each k.
+        self.seen_at = {k: torch.zeros_like(self.seen) for k in also_every}
+        self.reduced = 0  # recorded steps reduced so far (the block's first row's index)
         self.filled = 0  # rows of the block in use
         self.zeros: dict[int, torch.Tensor] = {}  # stand-ins for gradients that are None
         self.log = DeviceLog(STATS * len(index))
@@ -133,6 +143,10 @@ class _Group:
         nonzero = torch.ne(grads, 0, out=grads)  # NaN counts as nonzero; gradients done with
         counts = [nonzero[:, a:b].sum(1, dtype=acc) for a, b in self.bounds]
         self.seen += nonzero.sum(0, dtype=self.seen.dtype)
+        for k, seen in self.seen_at.items():
+            rows = [i for i in range(n) if (self.reduced + i) * self.every % k == 0]
+            seen += nonzero[rows].sum(0, dtype=seen.dtype)
+        self.reduced += n
         delta = torch.sub(after, before, out=grads)
         update = [norm(delta[:, a:b], 2, dim=1, dtype=acc) for a, b in self.bounds]
         weight = [norm(before[:, a:b], 2, dim=1, dtype=acc) for a, b in self.bounds]
@@ -147,26 +161,34 @@ class _Group:
 
     @torch.no_grad()
     def at_end(self) -> np.ndarray:
-        """(3, parameters): weights never given a gradient, |w_now - w_0|^2, |w_0|^2."""
+        """(3 + samplings, parameters): weights never given a gradient, |w_now - w_0|^2,
+        |w_0|^2, then the weights never given one on each ``also_every`` sampling's steps."""
         self.reduce()
         now = torch.empty_like(self.init)
         self._copy_weights(now)
         moved = (now - self.init).to(self.acc or now.dtype) ** 2
         size = self.init.to(self.acc or now.dtype) ** 2
-        never = torch.stack([(self.seen[a:b] == 0).sum() for a, b in self.bounds])
+        never = torch.stack(
+            [
+                torch.stack([(seen[a:b] == 0).sum() for a, b in self.bounds])
+                for seen in (self.seen, *self.seen_at.values())
+            ]
+        )
         sums = torch.stack(
             [torch.stack([moved[a:b].sum(), size[a:b].sum()]) for a, b in self.bounds]
         )
         # Two reads for the whole group, not three per tensor.
-        return np.vstack([never.cpu().numpy(), sums.cpu().numpy().T.astype(np.float64)])
+        never_np, sums_np = never.cpu().numpy(), sums.cpu().numpy().T.astype(np.float64)
+        return np.vstack([never_np[:1], sums_np, never_np[1:]])
 
 
 class LayerStats:
     """Per recorded step, per layer: gradient norm and mean |gradient|, update
     ratio, weight norm; per weight: whether it ever got a gradient."""
 
-    def __init__(self, model: nn.Module, every: int = 1) -> None:
+    def __init__(self, model: nn.Module, every: int = 1, also_every: Sequence[int] = ()) -> None:
         layers = direct_parameters(model)
+        self.also_every = tuple(also_every)
         self.names = list(layers)
         self.params: list[torch.Tensor] = [p for ps in layers.values() for p in ps]
         self.counts = [sum(p.numel() for p in ps) for ps in layers.values()]
@@ -174,7 +196,9 @@ class LayerStats:
         by_kind: dict[tuple[torch.device, torch.dtype], list[int]] = {}
         for i, p in enumerate(self.params):
             by_kind.setdefault((p.device, p.dtype), []).append(i)
-        self.groups = [_Group(index, self.params, every) for index in by_kind.values()]
+        self.groups = [
+            _Group(index, self.params, every, self.also_every) for index in by_kind.values()
+        ]
 
     def record(self) -> None:
         """This step's gradients and weights (call after the update)."""
@@ -227,12 +251,17 @@ class LayerStats:
         }
 
     def at_end(self) -> dict[str, dict[str, Any]]:
-        """Per layer: weights that never got a gradient, weight change, weight count."""
-        per_param = np.zeros((3, len(self.params)))
+        """Per layer: weights that never got a gradient (also on each ``also_every``
+        sampling's steps), weight change, weight count."""
+        per_param = np.zeros((3 + len(self.also_every), len(self.params)))
         for group in self.groups:
             per_param[:, group.index] = group.at_end()
-        never, moved, size = self._per_layer(per_param)
+        never, moved, size, *sampled = self._per_layer(per_param)
         return {
+            "no_grad_sampled": {
+                str(k): {n: int(v) for n, v in zip(self.names, at)}
+                for k, at in zip(self.also_every, sampled)
+            },
             "no_grad_weights": {n: int(v) for n, v in zip(self.names, never)},
             "weight_change": {
                 n: float(np.sqrt(m / s)) if s > 0 else float(m > 0)

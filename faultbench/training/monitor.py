@@ -41,7 +41,7 @@ runs from traces recorded every step, every 10th or every 20th.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -58,6 +58,9 @@ from faultbench.training.widths import FirstForward, classes_of
 B = TypeVar("B")
 INPUT_STATS = ("mean", "std", "abs_max")  # of the first batch's inputs
 DEFAULT_EVERY = 20  # steps between recorded per-layer and activation statistics
+#: Samplings an every-step trace of the benchmark keeps counts for, so that it can be
+#: read as Monitor(every=k) would have recorded it (Trace.sampled): the default among them.
+SAMPLINGS = (5, 10, DEFAULT_EVERY, 50)
 
 
 class Monitor:
@@ -74,22 +77,37 @@ class Monitor:
             the update.
         every: Record the per-layer and activation statistics on every
             ``every``-th step only (default :data:`DEFAULT_EVERY`; 1: every
-            step, as the benchmark records). Loss, batch accuracy and timings
-            are recorded at every step regardless.
+            step, as the benchmark records). Loss, batch accuracy, the
+            learning rate and timings are recorded at every step regardless.
+        also_every: Sparser samplings (multiples of ``every``) the trace should
+            also be readable at (:meth:`Trace.sampled`): the weights never given
+            a gradient are counted on their steps too. The benchmark records
+            every step and keeps :data:`SAMPLINGS`.
 
     Raises:
-        FaultbenchError: ``every`` is not a whole number of steps >= 1.
+        FaultbenchError: ``every`` is not a whole number of steps >= 1, or an
+            ``also_every`` is not a multiple of it.
     """
 
     def __init__(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, *, every: int = DEFAULT_EVERY
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        every: int = DEFAULT_EVERY,
+        also_every: Sequence[int] = (),
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise FaultbenchError(f"every={every!r}: expected a whole number of steps >= 1")
+        for k in also_every:
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % every:
+                raise FaultbenchError(
+                    f"also_every={k!r}: expected a multiple of every={every} (a sparser sampling)"
+                )
         self.model = model
         self.optimizer = optimizer
         self.every = every
-        self._layers = LayerStats(model, every)
+        self._layers = LayerStats(model, every, tuple(k for k in also_every if k != every))
         self._acts = ActivationWatch(model)
         self._first = FirstForward(model)
         self._losses = DeviceLog(1)
@@ -98,6 +116,7 @@ class Monitor:
         self._acc_sizes: list[int] = []  # and their numbers of targets
         self._output_classes = 0  # last dimension of the first output given to step()
         self._stat_steps: list[int] = []
+        self._lrs: list[Any] = []  # per step: the first parameter group's rate
         self._steps = 0
         self._wait: list[float] = []
         self._compute: list[float] = []
@@ -161,6 +180,7 @@ class Monitor:
         if len(self._wait) < len(self._compute):  # loop not using batches()
             self._wait.append(0.0)
         self._losses.append(value)
+        self._lrs.append(_rate(self.optimizer))
         if hits is not None:
             self._hits.append(hits)
             self._acc_steps.append(self._steps)
@@ -241,10 +261,10 @@ class Monitor:
         """
         widths = tuple(self._first.widths)
         classes = classes_of(self._first.output) or self._output_classes
-        group = self.optimizer.param_groups[0]
+        rates = self._rates()
         return RunConfig(
             optimizer=type(self.optimizer).__name__,
-            lr=float(group["lr"]),
+            lr=float(rates.max()) if len(rates) else float(_rate(self.optimizer)),
             batch_size=self._batch_size,
             steps=self._steps,
             n_classes=classes or (widths[-1] if widths else 0),
@@ -272,10 +292,14 @@ class Monitor:
             input_stats=self._input_stats(),
             stat_steps=np.array(self._stat_steps[:recorded], dtype=np.float64),
             batch_acc=self._batch_acc(steps),
+            lr=self._rates()[:steps],
             **layer_series,
             **self._acts.series(),
             **self._layers.at_end(),
         )
+
+    def _rates(self) -> np.ndarray:
+        return np.array([float(r) for r in self._lrs], dtype=np.float64)
 
     def _batch_acc(self, steps: int) -> np.ndarray:
         out = np.full(steps, np.nan)
@@ -294,6 +318,12 @@ class Monitor:
         """Remove the hooks this monitor put on the model (the trace stays readable)."""
         self._acts.close()
         self._first.close()
+
+
+def _rate(optimizer: torch.optim.Optimizer) -> Any:
+    """The first parameter group's rate now (a tensor rate is copied, never read here)."""
+    lr = optimizer.param_groups[0]["lr"]
+    return lr.detach().clone() if isinstance(lr, torch.Tensor) else float(lr)
 
 
 def _loss_value(loss: torch.Tensor | float) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ class RunConfig:
     """What anyone can read off a training script without running it."""
 
     optimizer: str  # optimizer class name, e.g. "Adam"
-    lr: float  # learning rate of the first parameter group
+    lr: float  # the first parameter group's largest rate over the run (a schedule's peak)
     batch_size: int  # examples in the first batch
     steps: int  # optimizer updates the run made
     n_classes: int  # last dimension of the model's first output (see Monitor)
@@ -83,11 +83,58 @@ class Trace:
     nonpositive_share: dict[str, np.ndarray] = field(default_factory=dict)  # ReLU family: out <= 0
     saturated_share: dict[str, np.ndarray] = field(default_factory=dict)  # Sigmoid/Tanh: |x| > 5
     activation_mean_abs: dict[str, np.ndarray] = field(default_factory=dict)  # mean |output|
+    lr: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step: first group's rate
+    # Per sampling k (as text), per layer: weights never given a gradient on the steps
+    # Monitor(every=k) records. An every-step trace keeps them so that it can be read at k.
+    no_grad_sampled: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
         """Number of recorded optimizer steps."""
         return len(self.loss)
+
+    @property
+    def every(self) -> int:
+        """The steps between recorded per-layer statistics (1: every step)."""
+        steps = self.stat_steps
+        return int(steps[1] - steps[0]) if len(steps) > 1 else 1
+
+    @property
+    def samplings(self) -> tuple[int, ...]:
+        """Every ``every`` this trace can be read at with :meth:`sampled`."""
+        return (self.every, *(int(k) for k in self.no_grad_sampled if int(k) != self.every))
+
+    def sampled(self, every: int) -> Trace:
+        """This trace as ``Monitor(every=every)`` would have recorded the same loop.
+
+        The per-step series are the same; the per-recorded-step ones keep the
+        steps ``0, every, 2 * every, ...``; the weights never given a gradient
+        are those counted on those steps. Exact for the samplings the trace
+        kept counts for (:attr:`samplings`), and for its own.
+
+        Raises:
+            ValueError: ``every`` is not one of :attr:`samplings`.
+        """
+        if every == self.every:
+            return self
+        if str(every) not in self.no_grad_sampled:
+            raise ValueError(
+                f"this trace can be read at every={list(self.samplings)}; got every={every} "
+                "(an every-step trace keeps the weights without gradient for those samplings only)"
+            )
+        keep = self.stat_steps % every == 0
+        per_recorded: dict[str, Any] = {
+            name: {k: v[keep] for k, v in getattr(self, name).items()} for name in SERIES_BY_NAME
+        }
+        return replace(
+            self,
+            zero_grad_share=self.zero_grad_share[keep],
+            inactive_share=self.inactive_share[keep],
+            stat_steps=self.stat_steps[keep],
+            no_grad_weights=dict(self.no_grad_sampled[str(every)]),
+            no_grad_sampled={},
+            **per_recorded,
+        )
 
     @property
     def wait_share(self) -> float:
@@ -118,6 +165,8 @@ class Trace:
             value = data[f.name]
             if f.name in SERIES_BY_NAME:
                 kwargs[f.name] = {k: _array(v) for k, v in value.items()}
+            elif f.name == "no_grad_sampled":
+                kwargs[f.name] = {k: dict(v) for k, v in value.items()}
             elif isinstance(value, list):
                 kwargs[f.name] = _array(value)
             else:

@@ -157,16 +157,36 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="comma-separated levels to keep: mild, moderate, severe, canonical, fixed",
     )
+    parser.add_argument(
+        "--healthy-seeds",
+        type=positive_int,
+        default=None,
+        help="healthy runs of the full grid, each on its own drawn base (default: 50)",
+    )
+    parser.add_argument(
+        "--every",
+        type=positive_int,
+        default=None,
+        help="read each trace as Monitor(every=K) would have recorded it (default: the "
+        "Monitor's default, 20, the trace users have; 1: every step)",
+    )
 
 
 def grid_from(args: argparse.Namespace) -> dict[str, Any]:
     """``evaluate``'s grid arguments, every name checked (one line, exit 2, before any work)."""
     from faultbench.faults.grid import check_selection
+    from faultbench.scoring.evaluate import SAMPLINGS_READ
+    from faultbench.training.monitor import DEFAULT_EVERY
 
     check_selection(args.grid, args.faults, args.variants, args.levels)
+    every = DEFAULT_EVERY if args.every is None else args.every
+    if every not in SAMPLINGS_READ:
+        raise unknown_name("--every", str(every), [str(k) for k in SAMPLINGS_READ])
     return {
         "grid": args.grid,
         "faults": args.faults,
         "variants": args.variants,
         "levels": args.levels,
+        "healthy_seeds": args.healthy_seeds,
+        "every": every,
     }

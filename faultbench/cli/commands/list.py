@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import textwrap
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load torch
@@ -97,9 +98,38 @@ def _tasks() -> None:
         d = task.defaults
         print(f"  {name:<22} {_first_line(TASKS.get(name)) or 'no description'}")
         print(
-            f"  {'':<22} {d.architecture}, hidden {d.hidden}; {len(task.y_train)} train / "
-            f"{len(task.y_val)} val, {task.n_features} features, {task.n_classes} classes; "
-            f"{_optimizer(d)}, batch {d.batch_size}, {d.steps} steps"
+            f"  {'':<22} reference recipe: {d.architecture}, hidden {d.hidden}; "
+            f"{len(task.y_train)} train / {len(task.y_val)} val, {task.n_features} features, "
+            f"{task.n_classes} classes; {_optimizer(d)}, batch {d.batch_size}, {d.steps} steps"
+        )
+        _family(task)
+
+
+def _family(task: Task) -> None:
+    """The task's family of healthy designs: its axes and their values, and the rates."""
+    from faultbench.faults.family import describe_family, measured, working_rates
+    from faultbench.storage.bases import CRITERION
+
+    rates = ", ".join(f"{k} {v:g}" for k, v in working_rates(task).items())
+    how = "measured" if measured(task) else "canonical, not measured: faultbench calibrate"
+    indent = " " * 26
+    print(f"  {'':<22} family: the full grid draws one base per run from these axes;")
+    print(
+        textwrap.fill(
+            f"kept if healthy: {CRITERION}", 100, initial_indent=indent, subsequent_indent=indent
+        )
+    )
+    for axis, values in [
+        *describe_family(task.design_family()),
+        ("working rates", f"{rates} ({how})"),
+    ]:
+        print(
+            textwrap.fill(
+                values,
+                100,
+                initial_indent=f"{indent}{axis + ':':<15} ",
+                subsequent_indent=indent + " " * 16,
+            )
         )
 
 
@@ -123,7 +153,8 @@ def _diagnosers() -> None:
 def _optimizer(d: TrainDefaults) -> str:
     if d.optimizer == "sgd":
         return f"SGD lr {d.lr:g} momentum {d.momentum:g}"
-    return f"Adam lr {d.lr:g}"
+    names = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop"}
+    return f"{names.get(d.optimizer, d.optimizer)} lr {d.lr:g}"
 
 
 def _first_line(obj: object) -> str:
