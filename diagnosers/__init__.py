@@ -6,6 +6,7 @@ from faultbench.diagnosers.autotrainer import AutoTrainer
 from faultbench.diagnosers.baselines import AlwaysHealthy, RandomDiagnoser
 from faultbench.diagnosers.cockpit_tool import CockpitDiagnoser
 from faultbench.diagnosers.deepdiagnosis import DeepDiagnosis
+from faultbench.diagnosers.doctor import DoctorDiagnoser
 from faultbench.diagnosers.learned import LearnedDiagnoser
 from faultbench.diagnosers.lr_range import LRRangeDiagnoser
 from faultbench.diagnosers.rules import RulesDiagnoser
@@ -19,6 +20,7 @@ __all__ = [
     "AutoTrainer",
     "CockpitDiagnoser",
     "DeepDiagnosis",
+    "DoctorDiagnoser",
     "LRRangeDiagnoser",
     "LearnedDiagnoser",
     "RandomDiagnoser",

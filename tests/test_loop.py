@@ -11,21 +11,24 @@ import torch
 
 import faultbench.training as training
 from faultbench import Monitor
+from faultbench.faults.family import draw_design
 from faultbench.faults.fault import FAULTS, HELD_OUT, base_setup, condition
+from faultbench.faults.recipe import Recipe
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import EVALUATIONS, _Scorer, train
 from faultbench.training.model import build_model
 from faultbench.training.trace import Trace
 
 
-def _evaluated_in_place(task: str, fault: str) -> Trace:
+def _evaluated_in_place(task: str, fault: str, drawn: bool) -> Trace:
     """The loop of ``train``, written out, with each evaluation made at its step."""
-    setup = base_setup(get_task(task), 0)
+    setup = _setup(task, fault, drawn)
     if fault:
         setup = condition(fault).apply(setup)
     torch.manual_seed(setup.seed)
     model = setup.make_model(setup)
     optimizer = setup.make_optimizer(setup.param_groups(model, setup), setup)
+    schedule = setup.make_schedule(optimizer, setup)
     monitor = Monitor(model, optimizer)
     scorer, every = _Scorer(setup), max(1, setup.steps // EVALUATIONS)
     for step, (xb, yb) in zip(range(1, setup.steps + 1), monitor.batches(setup.loader(setup))):
@@ -34,6 +37,7 @@ def _evaluated_in_place(task: str, fault: str) -> Trace:
         loss.backward()
         setup.clip(model, optimizer, step)
         setup.update(model, optimizer, step)
+        schedule.step()
         monitor.step(loss)
         if step % every == 0 or step == setup.steps:
             model.eval()
@@ -55,23 +59,32 @@ def _one_thread() -> object:
     torch.set_num_threads(before)
 
 
+def _setup(task: str, fault: str, drawn: bool) -> Recipe:
+    the_task = get_task(task)
+    return base_setup(the_task, 0, draw_design(the_task, 0) if drawn else None)
+
+
 @pytest.mark.parametrize(
-    ("task", "fault"),
+    ("task", "fault", "drawn"),
     [
-        ("digits", ""),
-        ("digits", "dead_units"),
-        ("digits", "lr_too_high.warmup"),  # a step part that changes the rate as it goes
-        ("shapes", ""),
-        ("language", ""),
+        ("digits", "", False),
+        ("digits", "dead_units", False),
+        ("digits", "lr_too_high.warmup", False),  # a schedule that changes the rate as it goes
+        ("digits", "", True),  # a drawn base: dropout, its schedule and init
+        ("shapes", "", False),
+        ("shapes", "", True),
+        ("language", "", False),
     ],
 )
-def test_evaluations_scored_after_training_equal_those_made_in_place(task: str, fault: str) -> None:
-    setup = base_setup(get_task(task), 0)
+def test_evaluations_scored_after_training_equal_those_made_in_place(
+    task: str, fault: str, drawn: bool
+) -> None:
+    setup = _setup(task, fault, drawn)
     if fault:
         setup = condition(fault).apply(setup)
     after = train(setup).trace
     assert after is not None
-    in_place = _evaluated_in_place(task, fault)
+    in_place = _evaluated_in_place(task, fault, drawn)
     np.testing.assert_array_equal(_evaluations(after), _evaluations(in_place))
     assert len(after.eval_steps) == EVALUATIONS
     assert after.eval_steps[-1] == setup.steps

@@ -98,6 +98,8 @@ def test_a_user_task_chooses_its_optimizer() -> None:
 def test_an_unknown_optimizer_is_refused_with_the_nearest_name() -> None:
     with pytest.raises(
         fb.FaultbenchError,
-        match=re.escape("Unknown optimizer 'adamw'. Did you mean 'adam'? Valid: adam, sgd"),
+        match=re.escape(
+            "Unknown optimizer 'adamx'. Did you mean 'adam'? Valid: adam, adamw, rmsprop, sgd"
+        ),
     ):
-        TrainDefaults(optimizer="adamw")
+        TrainDefaults(optimizer="adamx")

@@ -17,6 +17,7 @@ import pandas as pd
 
 from faultbench.scoring import scores
 from faultbench.scoring.scores import Share
+from faultbench.training.monitor import DEFAULT_EVERY
 
 LEVELS = ("mild", "moderate", "severe")  # severity levels, mildest first
 
@@ -32,15 +33,18 @@ def rows(
 ) -> list[dict[str, Any]]:
     """One leaderboard row per diagnoser in ``frame``, in order of appearance.
 
-    ``subsets`` says, per diagnoser, on what part of the grid it was scored
-    when not on all of it.
+    The headline is the full grid (drawn bases) read at the Monitor's default
+    sampling; beside it the reference recipe (the classic grid) and every step
+    (the full grid read at ``every=1``). ``subsets`` says, per diagnoser, on
+    what part of the grid it was scored when not on all of it.
     """
     out = []
     for name in dict.fromkeys(frame["diagnoser"]):
         part = frame[frame["diagnoser"] == name]
-        full = part[part["grid"] == "full"]
+        full = part[(part["grid"] == "full") & (part["every"] == DEFAULT_EVERY)]
+        every_step = part[(part["grid"] == "full") & (part["every"] == 1)]
+        classic = part[part["grid"] == "classic"]
         s = scores.summary(full if len(full) else part)  # the headline: the full grid
-        classic = scores.summary(part)["splits"]["classic_grid"]["identification"]
         ident = s["identification"]
         row: dict[str, Any] = {
             "diagnoser": name,
@@ -52,19 +56,53 @@ def rows(
         }
         for level in LEVELS:
             row[f"ident. {level}"] = _cell(ident["by_level"].get(level, scores.wilson(0, 0)))
-        row["ident. classic"] = _cell(classic)
+        row["ident. reference recipe"] = _cell(scores.identification(classic)["accuracy"])
+        row["ident. every step"] = _cell(scores.identification(every_step)["accuracy"])
         row["ident. tuned-on task"] = _cell(s["splits"]["tuned_on_task"]["identification"])
         row["ident. held-out tasks"] = _cell(s["splits"]["held_out_task"]["identification"])
+        row["known faults not healthy"] = _cell(s["known_detection"])
         row["held-out faults not healthy"] = _cell(s["detection"]["not_healthy"])
         row["held-out faults other_fault"] = _cell(s["detection"]["other_fault"])
-        row["false alarms"] = _cell(s["false_alarms"])
+        row["alarm precision"] = _cell(s["alarm_precision"])
+        row["false alarms drawn bases"] = _cell(s["false_alarms"])
+        row["false alarms reference recipe"] = _cell(scores.false_alarms(classic))
+        row["false alarms every step"] = _cell(scores.false_alarms(every_step))
         row["probe steps/diagnosis"] = f"{s['cost']['probe_steps']:.0f}"
         out.append(row)
     return out
 
 
+def alarms_by_axis(designs: pd.DataFrame) -> pd.DataFrame:
+    """False alarms per value of each design axis, per diagnoser.
+
+    ``designs`` has one row per (diagnoser, healthy drawn run, axis): columns
+    diagnoser, task, seed, axis, value, alarm. Which optimizer, normalization
+    or schedule draws the alarms.
+    """
+    out = []
+    for (name, axis, value), part in designs.groupby(["diagnoser", "axis", "value"], sort=False):
+        share = scores.wilson(int(part["alarm"].sum()), len(part))
+        out.append(
+            {
+                "diagnoser": name,
+                "axis": axis,
+                "value": value,
+                "runs": share.n,
+                "false_alarms": share.hits,
+                "share": f"{share.value:.3f}",
+                "low": f"{share.low:.3f}",
+                "high": f"{share.high:.3f}",
+            }
+        )
+    columns = ["diagnoser", "axis", "value", "runs", "false_alarms", "share", "low", "high"]
+    return pd.DataFrame(out, columns=columns)
+
+
 def per_task(frame: pd.DataFrame) -> pd.DataFrame:
-    """Identification accuracy of every diagnoser on every task (rows: diagnosers)."""
+    """Identification accuracy of every diagnoser on every task (rows: diagnosers), on the
+    full grid at the default sampling (the classic grid where no full grid was scored)."""
+    full = frame[(frame["grid"] == "full") & (frame["every"] == DEFAULT_EVERY)]
+    frame = full if len(full) else frame
     cells = {
         (d, t): _cell(scores.identification(part)["accuracy"])
         for (d, t), part in frame.groupby(["diagnoser", "task"], sort=False)
@@ -81,7 +119,11 @@ def per_task(frame: pd.DataFrame) -> pd.DataFrame:
 def per_variant(frame: pd.DataFrame) -> pd.DataFrame:
     """Per diagnoser, task and variant of the full grid: recall of the known faults, and the
     share of held-out-fault runs not called healthy (a held-out fault's variant)."""
-    full = frame[(frame["grid"] == "full") & (frame["kind"] != scores.HEALTHY)]
+    full = frame[
+        (frame["grid"] == "full")
+        & (frame["every"] == DEFAULT_EVERY)
+        & (frame["kind"] != scores.HEALTHY)
+    ]
     out = []
     for (name, task, variant), part in full.groupby(["diagnoser", "task", "variant"], sort=False):
         held = part["kind"].iloc[0] == scores.HELDOUT
@@ -107,16 +149,22 @@ def write(
     tuned_on: dict[str, Sequence[str]],
     out: Path,
     subsets: Mapping[str, str] | None = None,
+    designs: pd.DataFrame | None = None,
+    bases: Sequence[str] = (),
 ) -> list[Path]:
-    """Write ``leaderboard.md``, ``leaderboard.csv`` and the recall-by-level figure to ``out``."""
+    """Write ``leaderboard.md`` (+ csv, per task, per variant), the false alarms per design
+    axis (``false_alarms_by_axis.csv``, from ``designs``; see :func:`alarms_by_axis`) and the
+    recall-by-level figure to ``out``. ``bases`` are lines on the drawn bases (redraws, ...)."""
     from faultbench.reporting.report import markdown_table
 
     table = pd.DataFrame(rows(frame, tuned_on, subsets))
     tasks = per_task(frame)
+    axes = alarms_by_axis(designs if designs is not None else _no_designs())
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leaderboard.csv", index=False, lineterminator="\n")
     tasks.reset_index().to_csv(out / "leaderboard_tasks.csv", index=False, lineterminator="\n")
     per_variant(frame).to_csv(out / "leaderboard_variants.csv", index=False, lineterminator="\n")
+    axes.to_csv(out / "false_alarms_by_axis.csv", index=False, lineterminator="\n")
     tested = ", ".join(dict.fromkeys(frame["task"]))
     on_full = ", ".join(dict.fromkeys(frame[frame["grid"] == "full"]["task"])) or "none"
     text = "\n".join(
@@ -125,37 +173,55 @@ def write(
             "",
             f"Every diagnoser on the same runs ({len(frame)} diagnoses; tasks: {tested}; "
             f"the full grid on: {on_full}). "
-            "Cells are shares with their 95% Wilson interval. *Identification*: runs with one "
-            "of the nine known faults, named correctly. *Held-out faults*: runs with a bug "
-            "outside the nine; *not healthy* is detection, *other_fault* is detection that "
-            "also says it is none of the nine. *False alarms*: healthy runs called anything "
-            "else. All columns but *ident. classic* are on the full grid (every variant at "
-            "its calibrated mild, moderate and severe levels, and the held-out faults). "
-            "Seconds per diagnosis are a wall-clock measurement of the machine that ran the "
-            "report: they are in timings.md, beside the other measurements, not here, so "
-            "this file is the same on every machine.",
+            "Cells are shares with their 95% Wilson interval. The headline is the *full grid*: "
+            "every run trains on its own base recipe drawn from the task's family of healthy "
+            "designs (optimizer, depth, widths, activation, normalization, dropout, batch size, "
+            "schedule, clipping, weight decay, initialization), kept only if it trains healthy, "
+            "and every variant at its calibrated mild, moderate and severe levels plus the "
+            "held-out faults; each trace is read as the Monitor records it by default (every "
+            f"{DEFAULT_EVERY}th step). *Reference recipe* columns are the classic grid (the "
+            "task's one original recipe, the nine at their canonical severities); *every step* "
+            "columns are the full grid read at every step. *Identification*: runs with one of "
+            "the known faults, named correctly. *Known faults not healthy*: the same runs, "
+            "any alarm. *Held-out faults*: runs with a bug outside the known ones; *not "
+            "healthy* is detection, *other_fault* says it is none of them. *Alarm precision*: "
+            "of the answers that are not healthy, the share on a faulty run. *False alarms*: "
+            "healthy runs called anything else. Seconds per diagnosis are a wall-clock "
+            "measurement of the machine that ran the report: they are in timings.md, so this "
+            "file is the same on every machine.",
             "",
+            *[f"- {line}" for line in bases],
+            *([""] if bases else []),
             markdown_table(table),
             "",
             "## Identification accuracy per task",
             "",
             markdown_table(tasks.reset_index()),
             "",
-            "Per variant (every level and seed of it): `leaderboard_variants.csv`.",
+            "Per variant (every level and seed of it): `leaderboard_variants.csv`. False alarms "
+            "per value of each design axis, per diagnoser: `false_alarms_by_axis.csv`.",
             "",
             "![identification recall by severity level](leaderboard.png)",
             "",
         ]
     )
     (out / "leaderboard.md").write_text(text)
-    _figure(frame, out / "leaderboard.png")
+    _figure(
+        frame[(frame["grid"] == "full") & (frame["every"] == DEFAULT_EVERY)],
+        out / "leaderboard.png",
+    )
     return [
         out / "leaderboard.md",
         out / "leaderboard.csv",
         out / "leaderboard_tasks.csv",
         out / "leaderboard_variants.csv",
+        out / "false_alarms_by_axis.csv",
         out / "leaderboard.png",
     ]
+
+
+def _no_designs() -> pd.DataFrame:
+    return pd.DataFrame(columns=["diagnoser", "task", "seed", "axis", "value", "alarm"])
 
 
 def _figure(frame: pd.DataFrame, path: Path) -> None:

@@ -140,6 +140,25 @@ class Report:
             )
         return pd.DataFrame(rows, columns=list(scores.COLUMNS))
 
+    def design_frame(self) -> pd.DataFrame:
+        """One row per (healthy drawn run, design axis): diagnoser, task, seed, axis, the
+        run's value of it, and whether the answer was an alarm (see
+        :func:`faultbench.reporting.leaderboard.alarms_by_axis`)."""
+        rows = [
+            {
+                "diagnoser": self.diagnoser,
+                "task": self.task,
+                "seed": r.seed,
+                "axis": axis,
+                "value": str(value),
+                "alarm": r.status == "ok" and r.predicted != HEALTHY,
+            }
+            for r in self.results
+            if r.condition == HEALTHY and r.drawn
+            for axis, value in r.design.items()
+        ]
+        return pd.DataFrame(rows, columns=["diagnoser", "task", "seed", "axis", "value", "alarm"])
+
     @property
     def scores(self) -> dict[str, Any]:
         """Identification (overall, per level, per variant), detection, false alarms and probe

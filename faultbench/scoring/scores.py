@@ -12,6 +12,10 @@ apart by intervals, not by point values.
 - *detection*: runs with a held-out fault (a bug outside the nine, whose name no
   diagnoser is told): the share not called healthy, and the share called
   ``other_fault``.
+- *known-fault detection*: runs with a known fault not called healthy (whatever
+  label), and *alarm precision*: of the answers that are not "healthy", the
+  share on a run that has a fault. What a detection-only tool claims, scored
+  so that alarming on everything cannot look good.
 - *false alarms*: healthy runs called anything else.
 - *cost*: probe steps and seconds per diagnosis (seconds are a wall-clock
   measurement, kept out of every score).
@@ -52,7 +56,7 @@ COLUMNS = {
     "every": "the sampling the trace was read at (the Monitor's every)",
     "diagnose_seconds": "wall time of the diagnosis (a measurement, not a score)",
 }
-RUN_KEY = ("task", "truth", "variant", "level", "grid", "seed")  # one run, across diagnosers
+RUN_KEY = ("task", "truth", "variant", "level", "grid", "seed", "every")  # one run's diagnosis
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,20 @@ def detection(frame: pd.DataFrame) -> dict[str, Share]:
     }
 
 
+def known_detection(frame: pd.DataFrame) -> Share:
+    """On runs with a known fault: the share not called healthy (an alarm, right or wrong
+    label), what a detection-only tool claims to do."""
+    known = frame[frame["kind"] == KNOWN]
+    return _share((known["status"] == "ok") & (known["predicted"] != HEALTHY))
+
+
+def alarm_precision(frame: pd.DataFrame) -> Share:
+    """Of the answers that raise an alarm (anything but healthy), the share on a run that
+    has a fault: over the grid's own mix of runs, so alarming on everything cannot look good."""
+    alarms = frame[(frame["status"] == "ok") & (frame["predicted"] != HEALTHY)]
+    return _share(alarms["kind"] != HEALTHY)
+
+
 def false_alarms(frame: pd.DataFrame) -> Share:
     """Healthy runs called anything else (a failed answer on a healthy run is no alarm)."""
     healthy = frame[frame["kind"] == HEALTHY]
@@ -174,6 +192,8 @@ def summary(frame: pd.DataFrame) -> dict[str, Any]:
         "runs": len(frame),
         "identification": identification(frame),
         "detection": detection(frame),
+        "known_detection": known_detection(frame),
+        "alarm_precision": alarm_precision(frame),
         "false_alarms": false_alarms(frame),
         "splits": splits,
         "cost": cost(frame),

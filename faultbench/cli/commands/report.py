@@ -19,6 +19,9 @@ from faultbench.cli.commands.common import (
 from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 
+HEALTHY_SEEDS = 50  # faultbench.scoring.plan.HEALTHY_SEEDS, kept here so `--help` stays light
+SUBSET_HEALTHY = 10  # healthy drawn runs per task for a diagnoser scored on a subset of seeds
+
 if TYPE_CHECKING:  # imported where used: `--help` must not load torch or pandas
     import pandas as pd
 
@@ -165,6 +168,7 @@ def generate(
     isolate: bool | None = None,
     scored_grids: Sequence[str] = ("classic", "full"),
     full_tasks: Sequence[str] | None = None,
+    healthy_seeds: int = HEALTHY_SEEDS,
 ) -> list[Path]:
     """Score, then write every table, figure and the README under ``out``.
 
@@ -184,6 +188,7 @@ def generate(
         isolate: See :func:`faultbench.scoring.evaluate.evaluate`.
         scored_grids: "classic" (always) and, for the leaderboard's headline, "full".
         full_tasks: The tasks the full grid is scored on (default: ``tasks``).
+        healthy_seeds: Healthy runs of the full grid per task, each on its own drawn base.
 
     Returns:
         The files written, relative to ``out``.
@@ -193,13 +198,16 @@ def generate(
     from faultbench.reporting import ahead, calibration, figures, leaderboard, provenance, report
     from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
+    from faultbench.training.monitor import DEFAULT_EVERY
 
-    def score(name: str, task: str, grid: str) -> Report:
+    def score(name: str, task: str, grid: str, every: int = DEFAULT_EVERY) -> Report:
         return evaluate(
             name,
             task,
             seeds=seeds_for(name, seeds),
             grid=grid,
+            healthy_seeds=healthy_for(name, healthy_seeds),
+            every=every,
             store=store,
             engine=engine,
             timeout=timeout,
@@ -208,8 +216,19 @@ def generate(
 
     full_tasks = (full_tasks or tasks) if "full" in scored_grids else ()
     evaluations = [
-        ahead.Evaluation(name, task, grid, seeds_for(name, seeds))
-        for grid, grid_tasks in (("classic", tasks), ("full", full_tasks))
+        ahead.Evaluation(
+            name,
+            task,
+            grid,
+            seeds_for(name, seeds),
+            every,
+            healthy_for(name, healthy_seeds) if grid == "full" else None,
+        )
+        for grid, every, grid_tasks in (
+            ("classic", DEFAULT_EVERY, tasks),
+            ("full", DEFAULT_EVERY, full_tasks),
+            ("full", 1, full_tasks),
+        )
         for task in grid_tasks
         for name in diagnosers
     ]
@@ -223,7 +242,8 @@ def generate(
         reports += [score(name, task, "classic") for name in diagnosers]
         grids[task] = report.load_grid(task, seeds, store)
     full = [score(name, task, "full") for task in full_tasks for name in diagnosers]
-    trained += sum(r.trained for r in [*reports, *full])
+    every_step = [score(name, task, "full", 1) for task in full_tasks for name in diagnosers]
+    trained += sum(r.trained for r in [*reports, *full, *every_step])
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
@@ -255,16 +275,18 @@ def generate(
     written += [figures.curves_figure(t, grids[t], out / "curves" / f"{t}.png") for t in tasks]
     for old in {*out.glob("confusion/*.png"), *out.glob("curves/*.png")} - set(written):
         old.unlink()  # a diagnoser or task dropped since the last report leaves no stale figure
-    board = pd.concat([r.scored_frame() for r in [*reports, *full]], ignore_index=True)
+    board = pd.concat([r.scored_frame() for r in [*reports, *full, *every_step]], ignore_index=True)
     written += leaderboard.write(
         board,
         {name: sorted(get_diagnoser(name).tuned_on) for name in diagnosers},
         out,
         subsets={
-            name: _subset_text(seeds_for(name, seeds))
+            name: _subset_text(seeds_for(name, seeds), healthy_for(name, healthy_seeds))
             for name in diagnosers
-            if seeds_for(name, seeds) < seeds
+            if seeds_for(name, seeds) < seeds or healthy_for(name, healthy_seeds) != healthy_seeds
         },
+        designs=pd.concat([r.design_frame() for r in full], ignore_index=True),
+        bases=_bases_lines(full),
     )
     files = sorted(str(p.relative_to(out)) for p in written)
     readme = provenance.readme(
@@ -276,6 +298,28 @@ def generate(
     )
     written.append(_write_text(readme, out / "README.md"))
     return sorted(p.relative_to(out) for p in written)
+
+
+def _bases_lines(full: Sequence[Report]) -> list[str]:
+    """Per task: the drawn bases, how many draws were rejected, which variants passed
+    bases over (one line each, from the first report of each task: every diagnoser of a
+    task is scored on the same plan)."""
+    lines, seen = [], set()
+    for r in full:
+        if r.task in seen:
+            continue
+        seen.add(r.task)
+        healthy = sum(1 for x in r.results if x.condition == "healthy" and x.drawn)
+        passed: dict[str, int] = {}
+        for variant, _, _ in r.passed_over:
+            passed[variant] = passed.get(variant, 0) + 1
+        over = ", ".join(f"{v} {n}" for v, n in sorted(passed.items())) or "none"
+        lines.append(
+            f"{r.task}: {healthy} healthy runs on drawn bases; {r.redraws} draws rejected "
+            f"(did not train healthy) and drawn again; bases a variant could not apply to "
+            f"and passed over: {over}"
+        )
+    return lines
 
 
 def seeds_for(diagnoser: str, seeds: int) -> int:
@@ -291,9 +335,16 @@ def seeds_for(diagnoser: str, seeds: int) -> int:
     return min(seeds, subset) if isinstance(subset, int) and subset > 0 else seeds
 
 
-def _subset_text(seeds: int) -> str:
+def healthy_for(diagnoser: str, healthy: int) -> int:
+    """Healthy drawn runs a diagnoser is scored on per task: all, or, for one that declares
+    ``subset_seeds`` (seconds per diagnosis), :data:`SUBSET_HEALTHY` of them (the first
+    ones, the same everywhere): a false-alarm rate needs many more runs than a fault cell."""
+    return healthy if seeds_for(diagnoser, healthy) == healthy else min(healthy, SUBSET_HEALTHY)
+
+
+def _subset_text(seeds: int, healthy: int) -> str:
     first = "seed 0" if seeds == 1 else f"seeds 0-{seeds - 1}"
-    return f"{first} of both grids (seconds per diagnosis)"
+    return f"{first} of both grids, {healthy} healthy drawn runs (seconds per diagnosis)"
 
 
 def _timings_markdown(
