@@ -157,33 +157,45 @@ def steps_between(trace: Trace, after: int, upto: int) -> slice:
     return slice(max(0, after), min(trace.steps, upto))
 
 
-# -- fields a newer monitor records ------------------------------------------------------
+# -- the per-module statistics the monitor records -----------------------------------
 
-#: Trace fields the ports read when present (see docs/ports.md for their shapes).
-ACTIVATION_STATS = "activation_stats"  # module path -> {"nonpositive_share" | ... : (k,)}
-GRAD_MEAN_ABS = "grad_mean_abs"  # parameterized module path -> (k,) mean |gradient|
-STATS_STEPS = "stats_steps"  # (k,) the step after which each entry was recorded
+#: A port's name for an activation module's per-step statistic -> the trace field holding it
+#: (module path -> one value per recorded step; see faultbench.training.trace.Trace).
+ACTIVATION_STATS = {
+    "mean_abs": "activation_mean_abs",
+    "nonpositive_share": "nonpositive_share",
+    "saturated_share": "saturated_share",
+}
+GRAD_MEAN_ABS = "grad_mean_abs"  # parameterized module path -> mean |gradient| per recorded step
 
 
-def module_stat(trace: Trace, name: str, module: str, stat: str | None = None) -> np.ndarray | None:
-    """A per-module series of a newer trace field, None when the trace lacks it."""
-    values = getattr(trace, name, None)
+def module_stat(trace: Trace, field: str, module: str) -> np.ndarray | None:
+    """The per-recorded-step series of ``module`` in the trace's ``field``, None without one."""
+    values = getattr(trace, field, None)
     if not isinstance(values, Mapping) or module not in values:
         return None
-    series = values[module]
-    if stat is not None:
-        if not isinstance(series, Mapping) or stat not in series:
-            return None
-        series = series[stat]
-    return np.asarray(series, dtype=np.float64)
+    return np.asarray(values[module], dtype=np.float64)
+
+
+def recorded_steps(trace: Trace, entries: int) -> np.ndarray:
+    """The step (1-based) after which each of a per-recorded-step series' ``entries`` was
+    recorded: the trace's ``stat_steps`` (every ``Monitor(every=k)``-th step), never an
+    assumed one entry per step."""
+    steps = np.asarray(trace.stat_steps, dtype=np.int64) + 1
+    return steps if len(steps) == entries else np.arange(1, entries + 1)
 
 
 def value_at(trace: Trace, series: np.ndarray, step: int) -> float:
     """The entry of ``series`` recorded at ``step`` or the last one before it (nan if none)."""
-    recorded = getattr(trace, STATS_STEPS, None)
-    at = np.asarray(recorded) if recorded is not None else np.arange(1, len(series) + 1)
+    at = recorded_steps(trace, len(series))
     index = int(np.searchsorted(at, step, side="right")) - 1
     return float(series[index]) if 0 <= index < len(series) else math.nan
+
+
+def recorded_between(trace: Trace, series: np.ndarray, after: int, upto: int) -> np.ndarray:
+    """The entries of ``series`` recorded after step ``after`` up to step ``upto``."""
+    at = recorded_steps(trace, len(series))
+    return np.asarray(series)[(at > after) & (at <= upto)]
 
 
 # -- the probe's model ------------------------------------------------------------------

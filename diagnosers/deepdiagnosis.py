@@ -47,13 +47,16 @@ faultbench's rate fault is a high rate); else the published last resort of each 
   updates were all exactly 0 in those epochs; a layer's output, when every parameterized
   layer up to it was; a gradient, when every parameterized layer was.
 * *Internals at the first epoch* (layer outputs, gradients, weights of the first batch)
-  come from the probe's initialized model. *Later epochs* read the fields a newer
-  monitor records, when the trace has them: ``activation_stats`` (``mean_abs``,
-  ``nonpositive_share``, ``saturated_share``) and ``grad_mean_abs``; a mean |·| is NaN,
-  infinite or 0 exactly when the signed mean DeepDiagnosis reads is, barring exact
-  cancellation. Without those fields the numerical, dead-ReLU, saturation and vanishing
-  checks of later epochs are skipped and listed under ``missing``. The weights' numerical
-  check runs at the first epoch (probe) and the last (the trace's final weight change).
+  come from the probe's initialized model. *Later epochs* read the Monitor's per-module
+  series at the step each epoch ends (the last recorded step before it: the trace's
+  ``stat_steps`` say which were recorded): the activation modules' ``activation_mean_abs``,
+  ``nonpositive_share`` and ``saturated_share``, and each layer's ``grad_mean_abs``; a
+  mean |·| is NaN, infinite or 0 exactly when the signed mean DeepDiagnosis reads is,
+  barring exact cancellation. A layer without such a series (the Monitor records the
+  output statistics of activation modules only) has its check skipped and listed under
+  ``missing``. The weights' numerical check runs at the first epoch (probe) and the last
+  (the trace's final weight change). An unchanged-tensor check over epochs in which no
+  update was recorded (a sparse sampling) is skipped, not read as "no update".
 
 Not ported: DeepLocalize's per-batch variant; the published code's slips are read for
 their intent (the learning-rate ratio is computed from each layer's weight matrix, and
@@ -85,6 +88,7 @@ from faultbench.diagnosers._published import (
     is_activation,
     leaves,
     module_stat,
+    recorded_between,
     value_at,
     weighted_layers,
 )
@@ -278,7 +282,7 @@ def leaf_value(ctx: Context, epoch: int, index: int, stat: str) -> float | None:
         before = ctx.batch.outputs.get(ctx.layers[index - 1][0]) if index > 0 else None
         return None if before is None else float(np.mean(np.abs(before) >= SATURATION))
     series = module_stat(
-        ctx.run.trace, ACTIVATION_STATS, name, "mean_abs" if stat == "mean" else stat
+        ctx.run.trace, ACTIVATION_STATS["mean_abs" if stat == "mean" else stat], name
     )
     if series is None:
         return None
@@ -304,14 +308,21 @@ def _numerical(value: float) -> bool:
 
 
 def unmoved(ctx: Context, epoch: int, names: list[str]) -> bool | None:
-    """Whether none of ``names`` moved in the last N epochs (None: one is not recorded)."""
+    """Whether none of ``names`` moved in the last N epochs (None: one is not recorded).
+
+    Reads the updates recorded in those epochs (the trace's ``stat_steps``): a
+    window without any recorded update says nothing, rather than "no update".
+    """
     ends = ctx.history.end_step
-    window = slice(int(ends[epoch - N + 1]), int(ends[epoch]))
+    after, upto = int(ends[epoch - N + 1]), int(ends[epoch])
     for name in names:
         ratios = ctx.run.trace.update_ratio.get(name)
         if ratios is None:
             return None
-        if not np.all(np.asarray(ratios[window]) == 0):
+        window = recorded_between(ctx.run.trace, ratios, after, upto)
+        if not len(window):
+            return None
+        if not np.all(window == 0):
             return False
     return True
 
@@ -331,7 +342,7 @@ def forward_checks(ctx: Context, epoch: int, missing: list[str]) -> Iterator[Sym
             yield Symptom("out of range", name, recommend(ctx, "out of range"), {})
         mean = leaf_value(ctx, epoch, k, "mean")
         if mean is None:
-            missing.append(f"{ACTIVATION_STATS}[{name}].mean_abs")
+            missing.append(f"activation_mean_abs[{name}]")
         elif _numerical(mean):
             yield Symptom(
                 "numerical error in forward",
@@ -342,7 +353,7 @@ def forward_checks(ctx: Context, epoch: int, missing: list[str]) -> Iterator[Sym
         if isinstance(module, RELU_FAMILY) and epoch == ctx.last_epoch:
             share = leaf_value(ctx, epoch, k, "nonpositive_share")
             if share is None:
-                missing.append(f"{ACTIVATION_STATS}[{name}].nonpositive_share")
+                missing.append(f"nonpositive_share[{name}]")
             elif share >= DEAD_SHARE:
                 yield Symptom(
                     "dead node", name, recommend(ctx, "dead", k), {"nonpositive_share": share}
@@ -350,7 +361,7 @@ def forward_checks(ctx: Context, epoch: int, missing: list[str]) -> Iterator[Sym
         if (epoch + 1) % N == 0 and k < last and isinstance(ctx.layers[k + 1][1], SATURATING):
             share = leaf_value(ctx, epoch, k + 1, "saturated_share")
             if share is None:
-                missing.append(f"{ACTIVATION_STATS}[{ctx.layers[k + 1][0]}].saturated_share")
+                missing.append(f"saturated_share[{ctx.layers[k + 1][0]}]")
             elif share > SATURATED_SHARE:
                 yield Symptom(
                     "saturated activation",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,14 +23,6 @@ LAYERS = ("hidden", "output")
 # Above AUTOTRAINER's 0.7 from the first epoch: its flags are sticky, and a first epoch
 # below it leaves "not converging" raised for good.
 TRAIN_ACC = np.array([0.72, 0.8, 0.85, 0.88, 0.9, 0.91, 0.92, 0.925, 0.93, 0.935])
-
-
-@dataclass(frozen=True, eq=False)
-class NewTrace(Trace):
-    """A trace with the fields the new monitor (issue 17) is to record."""
-
-    activation_stats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    grad_mean_abs: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def healthy_trace(**changes: Any) -> Trace:
@@ -58,8 +49,7 @@ def healthy_trace(**changes: Any) -> Trace:
         },
     }
     fields.update(changes)
-    cls = NewTrace if {"activation_stats", "grad_mean_abs"} & set(changes) else Trace
-    return cls(**fields)
+    return Trace(**fields)
 
 
 def config(**changes: Any) -> RunConfig:

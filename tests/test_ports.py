@@ -52,6 +52,7 @@ RULES = {
     "umlaut": um.RULES,
     "thedeepchecker": tdc.RULES,
 }
+PORT_MODULES = {"autotrainer": at, "deepdiagnosis": dd, "umlaut": um, "thedeepchecker": tdc}
 TABLES = {
     "autotrainer": at.SYMPTOMS,
     "deepdiagnosis": dd.SYMPTOMS,
@@ -118,11 +119,17 @@ def test_other_fault_stands_in_as_unknown_until_the_label_exists(monkeypatch) ->
     assert pub.answer(table, "x", rule="r", fired=["r"], evidence={}).label == pub.OTHER_FAULT
 
 
-def test_new_trace_fields_are_read_at_a_step() -> None:
+def test_per_module_series_are_read_at_a_step_where_they_were_recorded() -> None:
     trace = healthy_trace(grad_mean_abs={"hidden": np.arange(STEPS, dtype=float)})
     series = pub.module_stat(trace, pub.GRAD_MEAN_ABS, "hidden")
     assert series is not None and pub.value_at(trace, series, 60) == 59.0
     assert pub.module_stat(healthy_trace(), pub.GRAD_MEAN_ABS, "hidden") is None
+    every = healthy_trace(
+        stat_steps=np.arange(0, STEPS, 20, dtype=float),
+        grad_mean_abs={"hidden": np.arange(STEPS // 20, dtype=float)},
+    )  # recorded after steps 1, 21, 41, 61, ...: step 60 reads the one after step 41
+    series = pub.module_stat(every, pub.GRAD_MEAN_ABS, "hidden")
+    assert series is not None and pub.value_at(every, series, 60) == 2.0
 
 
 # -- AUTOTRAINER -------------------------------------------------------------------------
@@ -298,12 +305,16 @@ def _first_symptom(ctx: dd.Context) -> tuple[int, dd.Symptom] | None:
 
 
 def _stats(**stat_overrides: dict[str, float]) -> dict[str, dict[str, np.ndarray]]:
-    modules = ("hidden", "relu", "output", "sigmoid")
-    stats = {m: {"mean_abs": per_step(0.5), "nonpositive_share": per_step(0.3)} for m in modules}
-    stats["sigmoid"]["saturated_share"] = per_step(0.1)
+    """The Monitor's activation-module series (trace fields), with some values changed."""
+    fields: dict[str, dict[str, np.ndarray]] = {
+        "activation_mean_abs": {"relu": per_step(0.5), "sigmoid": per_step(0.5)},
+        "nonpositive_share": {"relu": per_step(0.3)},
+        "saturated_share": {"sigmoid": per_step(0.1)},
+    }
     for module, values in stat_overrides.items():
-        stats[module].update({k: per_step(v) for k, v in values.items()})
-    return stats
+        for stat, value in values.items():
+            fields[pub.ACTIVATION_STATS[stat]][module] = per_step(value)
+    return fields
 
 
 LONG = {  # twenty epochs, for the accuracy check's FRQ = 20
@@ -327,7 +338,7 @@ DEEPDIAGNOSIS_SYMPTOMS = [
     ),
     _case(
         "dead node",
-        {"trace": healthy_trace(activation_stats=_stats(relu={"nonpositive_share": 0.8}))},
+        {"trace": healthy_trace(**_stats(relu={"nonpositive_share": 0.8}))},
         "dead node",
         EVALS - 1,
     ),
@@ -335,7 +346,7 @@ DEEPDIAGNOSIS_SYMPTOMS = [
         "saturated activation",
         {
             "model": SIGMOID_MODEL,
-            "trace": healthy_trace(activation_stats=_stats(sigmoid={"saturated_share": 0.6})),
+            "trace": healthy_trace(**_stats(sigmoid={"saturated_share": 0.6})),
         },
         "saturated activation",
         4,
@@ -403,7 +414,7 @@ def test_deepdiagnosis_check_fires_first_on_its_symptom(
 
 
 def test_deepdiagnosis_silent_on_healthy() -> None:
-    assert _first_symptom(_dd_context(healthy_trace(activation_stats=_stats()))) is None
+    assert _first_symptom(_dd_context(healthy_trace(**_stats()))) is None
     assert _first_symptom(_dd_context()) is None
 
 
@@ -414,17 +425,38 @@ def test_deepdiagnosis_unchanged_gradients_when_nothing_moves() -> None:
     assert not list(dd.unchanged_checks(_dd_context(), 4, []))
 
 
-def test_deepdiagnosis_later_epochs_need_the_new_fields() -> None:
+def test_deepdiagnosis_later_epochs_read_the_monitors_series() -> None:
     missing: list[str] = []
     list(dd.symptoms(_dd_context(), missing))
-    assert f"{pub.ACTIVATION_STATS}[relu].nonpositive_share" in missing
+    assert "nonpositive_share[relu]" in missing
     assert f"{pub.GRAD_MEAN_ABS}[hidden]" in missing
     with_fields: list[str] = []
     trace = healthy_trace(
-        activation_stats=_stats(), grad_mean_abs={k: per_step(1e-3) for k in ("hidden", "output")}
+        **_stats(), grad_mean_abs={k: per_step(1e-3) for k in ("hidden", "output")}
     )
     list(dd.symptoms(_dd_context(trace), with_fields))
-    assert not with_fields
+    # The Monitor records output statistics of activation modules only: the linear layers'
+    # own output means are the one thing left unread.
+    assert set(with_fields) == {"activation_mean_abs[hidden]", "activation_mean_abs[output]"}
+
+
+def test_deepdiagnosis_reads_a_sparse_trace_at_its_recorded_steps() -> None:
+    every = 20
+    recorded = np.arange(0, STEPS, every)
+    sparse = healthy_trace(
+        stat_steps=recorded.astype(float),
+        update_ratio={k: np.full(len(recorded), 1e-3) for k in ("hidden", "output")},
+    )
+    # Epochs end every 60 steps: three recorded updates each, all moving.
+    assert dd.unmoved(_dd_context(sparse), 4, ["hidden"]) is False
+    assert not list(dd.unchanged_checks(_dd_context(sparse), 4, []))
+    sparser = healthy_trace(
+        stat_steps=np.array([0.0, 300.0]),
+        update_ratio={k: np.full(2, 1e-3) for k in ("hidden", "output")},
+    )
+    missing: list[str] = []
+    assert not list(dd.unchanged_checks(_dd_context(sparser), 4, missing))  # no update recorded
+    assert missing and all(m.startswith("update_ratio for unchanged") for m in missing)
 
 
 DEEPDIAGNOSIS_FIXES = [
@@ -465,7 +497,7 @@ def test_deepdiagnosis_learning_rate_ratio_matches_an_independent_computation() 
 
 
 def test_deepdiagnosis_answers_the_fix_label_before_the_symptom_label() -> None:
-    dead = healthy_trace(activation_stats=_stats(relu={"nonpositive_share": 0.9}))
+    dead = healthy_trace(**_stats(relu={"nonpositive_share": 0.9}))
     answer = get_diagnoser("deepdiagnosis").diagnose(run(dead, tiny_probe(scale=3.0)))
     assert answer.evidence["rule"] == "dead node"
     assert (answer.evidence["fix"], answer.label) == ("normalize the data", "huge_inputs")
@@ -804,5 +836,9 @@ def test_port_answers_real_digits_runs_naming_its_rule(digits_grid, name: str) -
     for condition in condition_names():
         outcome = diagnose_safely(diagnoser, run_for(digits_grid[(condition, 0)], task))
         assert outcome.status == "ok", outcome.message
-        assert outcome.evidence["rule"] and outcome.evidence["table_label"] in TABLES[name].values()
+        labels = {
+            *TABLES[name].values(),
+            *(v for v in getattr(PORT_MODULES[name], "FIXES", {}).values() if v),
+        }
+        assert outcome.evidence["rule"] and outcome.evidence["table_label"] in labels
         assert set(outcome.evidence["fired"]) <= set(RULES[name])
