@@ -1,11 +1,16 @@
 """``learned``: a random forest on trace features, in the spirit of DeepFD.
 
 No probe: only relative quantities read off the trace (see :func:`features`).
-It trains on digits runs with seeds disjoint from the evaluation seeds
-(0..4), made through :func:`faultbench.storage.runner.ensure_records` so they are
-stored once and reused. The fitted forest is never pickled: refitting from the
-stored runs is deterministic and takes about a second, so it is simply refit
-in every process that needs it.
+It trains on digits runs with seeds disjoint from every scored seed: the nine
+known faults at their canonical severities and healthy, each on the task's
+reference recipe and on a base drawn from digits' family (where the fault
+applies to it), so that it learns the faults across designs rather than one
+recipe's numbers; its features are read off the traces as the Monitor records
+them by default (every 20th step), as every run it diagnoses is. The runs are
+made through :func:`faultbench.storage.runner.ensure_records`, stored once and
+reused. The fitted forest is never pickled: refitting from the stored runs is
+deterministic and takes about a second, so it is simply refit in every process
+that needs it.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from sklearn.ensemble import RandomForestClassifier
 
 from faultbench.diagnosers import _features as f
 from faultbench.faults.fault import canonical_conditions
+from faultbench.faults.recipe import base_setup
 from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnosis
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.run import Run
+from faultbench.storage.bases import verified_bases
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -28,7 +35,7 @@ from faultbench.tasks.task import get_task
 from faultbench.training.engine import Engine, LocalEngine
 
 TRAIN_TASK = "digits"
-TRAIN_SEEDS = tuple(range(100, 110))  # disjoint from the evaluation seeds 0..4
+TRAIN_SEEDS = tuple(range(100, 110))  # disjoint from every scored seed (0..49) and calibration
 TREES = 300  # enough that the vote is stable; fits ~100 rows in well under a second
 FEATURES = (
     "log_first_loss_over_ln_c",
@@ -112,7 +119,7 @@ class LearnedDiagnoser:
         task = get_task(TRAIN_TASK)
         usable = sorted(
             (r for r in records if r.ok and r.trace is not None),
-            key=lambda r: (r.spec.condition.name, r.spec.seed),  # order fixes the fit
+            key=lambda r: (r.spec.condition.name, r.spec.seed, r.spec.folder),  # fixes the fit
         )
         X = np.stack([features(run_for(r, task)) for r in usable])
         y = [r.spec.condition.name for r in usable]
@@ -123,14 +130,17 @@ class LearnedDiagnoser:
     def training_records(self) -> list[RunRecord]:
         """The digits runs it learns from, trained now if not stored yet."""
         task = get_task(TRAIN_TASK)
-        specs = [
-            RunSpec(task.name, task.fingerprint, cond, seed)
-            for cond in canonical_conditions()
-            for seed in self.seeds
-        ]
         store = self.store if isinstance(self.store, Store) else Store(self.store)
         engine = self.engine or LocalEngine()
         try:
+            bases = verified_bases(task, self.seeds, store=store, engine=engine)
+            specs = [
+                RunSpec(task.name, task.fingerprint, cond, seed, design)
+                for cond in canonical_conditions()
+                for seed in self.seeds
+                for design in (None, bases[seed].design)
+                if not cond.why_not(base_setup(task, seed, design))
+            ]
             return [rec for _, rec, _ in ensure_records(specs, task, store=store, engine=engine)]
         finally:
             if self.engine is None:

@@ -6,17 +6,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from faultbench.reporting.leaderboard import per_task, rows, write
+from faultbench.reporting.leaderboard import alarms_by_axis, per_task, rows, write
 
 
-def _frame() -> pd.DataFrame:
+def _frame(*, grid: str = "full", every: int = 20) -> pd.DataFrame:
     base = {
         "seed": 0,
-        "grid": "full",
+        "grid": grid,
         "status": "ok",
         "probe_steps": 0,
         "diagnose_seconds": 0.01,
         "variant": "v",
+        "drawn": grid == "full",
+        "every": every,
     }
     runs = []
     for diagnoser, right in (("good", True), ("bad", False)):
@@ -44,14 +46,22 @@ def _frame() -> pd.DataFrame:
                     "kind": "healthy",
                     "level": "",
                     "variant": "",
-                    "predicted": "healthy",
+                    # bad cries wolf on the reference recipe and when it reads every step
+                    "predicted": "healthy"
+                    if right or (grid, every) == ("full", 20)
+                    else "dead_units",
                 }
             )
     return pd.DataFrame(runs)
 
 
+def _board() -> pd.DataFrame:
+    """The full grid at the default sampling, the same read at every step, the classic grid."""
+    return pd.concat([_frame(), _frame(every=1), _frame(grid="classic")], ignore_index=True)
+
+
 def test_rows_hold_each_diagnosers_scores() -> None:
-    table = {r["diagnoser"]: r for r in rows(_frame(), {"good": ["digits"]})}
+    table = {r["diagnoser"]: r for r in rows(_board(), {"good": ["digits"]})}
     assert table["good"]["identification"].startswith("1.000")
     assert table["good"]["tuned on"] == "digits"
     assert table["bad"]["tuned on"] == "nothing"
@@ -59,8 +69,38 @@ def test_rows_hold_each_diagnosers_scores() -> None:
     assert table["bad"]["identification"].startswith("0.333")
     assert table["bad"]["ident. mild"].startswith("0.000")
     assert table["bad"]["ident. severe"].startswith("1.000")
-    assert table["good"]["false alarms"].startswith("0.000")
+    assert table["good"]["false alarms drawn bases"].startswith("0.000")
     assert table["good"]["held-out faults not healthy"] == "n/a"  # none in this grid
+    assert table["bad"]["runs"] == 8  # the headline counts the full grid at the default only
+    # bad's two healthy runs are alarms on the reference recipe and at every step only
+    assert table["bad"]["false alarms drawn bases"].startswith("0.000 [0.00, 0.66]")
+    assert table["bad"]["false alarms reference recipe"].startswith("1.000")
+    assert table["bad"]["false alarms every step"].startswith("1.000")
+    assert table["bad"]["ident. every step"].startswith("0.333")
+    assert table["bad"]["ident. reference recipe"].startswith("0.333")
+    # an alarm is any answer but healthy: bad raises 2 (both right) of its 8 runs' answers
+    assert table["bad"]["known faults not healthy"].startswith("0.333")
+    assert table["bad"]["alarm precision"].startswith("1.000")
+
+
+def test_false_alarms_per_design_axis_are_counted_by_hand() -> None:
+    designs = pd.DataFrame(
+        [
+            ("a", "digits", seed, axis, value, alarm)
+            for seed, (norm, opt, alarm) in enumerate(
+                [("batch", "sgd", True), ("batch", "adam", False), ("none", "sgd", True)]
+            )
+            for axis, value in (("norm", norm), ("optimizer", opt))
+        ],
+        columns=["diagnoser", "task", "seed", "axis", "value", "alarm"],
+    )
+    table = alarms_by_axis(designs).set_index(["axis", "value"])
+    assert (table.loc[("norm", "batch"), "runs"], table.loc[("norm", "batch"), "false_alarms"]) == (
+        2,
+        1,
+    )
+    assert table.loc[("optimizer", "sgd"), "share"] == "1.000"
+    assert table.loc[("optimizer", "adam"), "share"] == "0.000"
 
 
 def test_per_task_has_every_diagnoser_on_every_task() -> None:
@@ -70,14 +110,14 @@ def test_per_task_has_every_diagnoser_on_every_task() -> None:
     assert grid.loc["bad", "synthetic"].startswith("0.333")
 
 
-def test_write_makes_the_three_files(tmp_path: Path) -> None:
-    paths = write(_frame(), {"good": ["digits"]}, tmp_path)
+def test_write_makes_the_leaderboards_files(tmp_path: Path) -> None:
+    paths = write(_board(), {"good": ["digits"]}, tmp_path, bases=["digits: 2 healthy runs"])
     assert [p.name for p in paths] == [
         "leaderboard.md", "leaderboard.csv", "leaderboard_tasks.csv", "leaderboard_variants.csv",
-        "leaderboard.png",
+        "false_alarms_by_axis.csv", "leaderboard.png",
     ]  # fmt: skip
     text = (tmp_path / "leaderboard.md").read_text()
-    assert "| good |" in text and "| bad |" in text
+    assert "| good |" in text and "| bad |" in text and "- digits: 2 healthy runs" in text
     header = text.splitlines()[
         next(i for i, line in enumerate(text.splitlines()) if line.startswith("| diagnoser"))
     ]
@@ -86,7 +126,7 @@ def test_write_makes_the_three_files(tmp_path: Path) -> None:
     assert list(csv["diagnoser"]) == ["good", "bad"]
     assert (tmp_path / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
     again = tmp_path / "again"
-    write(_frame(), {"good": ["digits"]}, again)
+    write(_board(), {"good": ["digits"]}, again, bases=["digits: 2 healthy runs"])
     for name in [p.name for p in paths]:
         assert (again / name).read_bytes() == (tmp_path / name).read_bytes()
 

@@ -54,6 +54,8 @@ def _row(diagnoser: str, truth: str, kind: str, predicted: str, **extra: object)
         "status": "ok",
         "probe_steps": 0,
         "diagnose_seconds": 0.0,
+        "drawn": True,
+        "every": 20,
     }
     row.update(extra)
     return row

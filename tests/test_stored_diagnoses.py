@@ -68,7 +68,7 @@ def test_answers_that_depend_on_the_clock_are_not_stored(tmp_path: Path, status:
     _score(tmp_path)
     store = Store(tmp_path)
     record = next(r for r in store.records() if r.spec.condition.name == "dead_units")
-    cache = DiagnosisCache(store, "rules", "some-code")
+    cache = DiagnosisCache(store, "rules", "some-code", 20)
     cache.save(record, Outcome(status, "unknown", message="ran past 1 s", seconds=1.0))
     assert cache.load(record) is None
     kept = dataclasses.replace(Outcome("ok", "dead_units", 0.9, {"share": 0.5}), seconds=0.25)

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench.diagnosers import _tools, cockpit_tool, lr_range, weightwatcher_tool
-from faultbench.faults.architectures import body
+from faultbench.faults.architectures import Network, build
 from faultbench.faults.fault import base_setup, condition, condition_names
 from faultbench.faults.recipe import BatchStream
 from faultbench.scoring.diagnosis import get_diagnoser
@@ -253,9 +252,7 @@ def test_cockpit_abstains_on_a_model_backpack_cannot_instrument(digits_grid) -> 
     # BackPACK has no individual gradients for a GRU: Cockpit cannot run, so it says unknown.
     def make_model() -> nn.Module:
         torch.manual_seed(0)
-        return nn.Sequential(
-            OrderedDict(body("gru", n_features=12, n_classes=5, widths=[16], image_side=0))
-        )
+        return build(Network("gru", widths=(16,)), n_features=12, n_classes=5, image_side=0)
 
     X = torch.randint(0, 5, (64, 12)).float()
     y = torch.randint(0, 5, (64,))

@@ -107,7 +107,8 @@ def _unstandardized(t: Trace, h: Trace, c: RunConfig) -> None:
 
 def _warmup(t: Trace, h: Trace, c: RunConfig) -> None:
     assert _late_spikes(t) >= 10 and _late_spikes(h) == 0
-    assert c.lr < 1e-3 / 100  # the decayed rate is what the optimizer holds at the end
+    assert c.lr == pytest.approx(1e-3 * 100)  # the config's rate is the schedule's peak
+    assert t.lr[-1] < 1e-3 / 100 and t.lr.max() == pytest.approx(c.lr)  # decayed by the end
 
 
 def _negative_init(t: Trace, h: Trace, c: RunConfig) -> None:

@@ -430,25 +430,27 @@ def evaluate(
     the_store = store if isinstance(store, Store) else Store(store)
     the_store.check()
     check_selection(grid, faults, variants, levels)
-    the_plan = plan(
-        the_task,
-        grid,
-        seeds=seeds,
-        healthy_seeds=healthy_seeds,
-        conditions=conditions,
-        faults=faults,
-        variants=variants,
-        levels=levels,
-        store=the_store,
-        engine=engine,
-        progress=progress,
-    )
-    specs = the_plan.specs
-    where = dict((spec, point) for point, spec in the_plan.runs)
     in_worker, note = wants_worker(diag, isolate)
-    stored = _stored_answers(diagnoser, diag, the_store, every)
-    answered = stored is not None and stored.answers_all(specs)
-    with _diagnoser_for(diag, the_task, timeout, every, in_worker and not answered) as diagnose:
+    # A worker refuses a diagnoser it cannot be sent (pickled) here, before any training;
+    # answers are stored for shipped diagnosers only, which never need a worker.
+    with _diagnoser_for(diag, the_task, timeout, every, in_worker) as diagnose:
+        the_plan = plan(
+            the_task,
+            grid,
+            seeds=seeds,
+            healthy_seeds=healthy_seeds,
+            conditions=conditions,
+            faults=faults,
+            variants=variants,
+            levels=levels,
+            store=the_store,
+            engine=engine,
+            progress=progress,
+        )
+        specs = the_plan.specs
+        where = dict((spec, point) for point, spec in the_plan.runs)
+        stored = _stored_answers(diagnoser, diag, the_store, every)
+        answered = stored is not None and stored.answers_all(specs)
         if stored is not None:
             diagnose = _Stored(diagnose, stored)
         prepare = getattr(diag, "prepare", None)

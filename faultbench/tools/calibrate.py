@@ -209,5 +209,10 @@ def _measure(
         effects.append(effect(trace, config, healthy))
     if not on:  # no drawn base the variant applies to: nothing visible
         return SweepPoint(ident, severity, 0.0, 0.0)
-    effect_ = float(f"{float(np.median(effects)):.{EFFECT_DIGITS}g}")
-    return SweepPoint(ident, severity, float(np.mean(visible)), effect_)
+    median = effect_at_precision(float(np.median(effects)))
+    return SweepPoint(ident, severity, float(np.mean(visible)), median)
+
+
+def effect_at_precision(value: float) -> float:
+    """``value`` rounded to :data:`EFFECT_DIGITS` significant digits, as levels compare it."""
+    return float(f"{value:.{EFFECT_DIGITS}g}")

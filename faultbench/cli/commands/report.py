@@ -285,7 +285,7 @@ def generate(
             for name in diagnosers
             if seeds_for(name, seeds) < seeds or healthy_for(name, healthy_seeds) != healthy_seeds
         },
-        designs=pd.concat([r.design_frame() for r in full], ignore_index=True),
+        designs=pd.concat([r.design_frame() for r in full], ignore_index=True) if full else None,
         bases=_bases_lines(full),
     )
     files = sorted(str(p.relative_to(out)) for p in written)

@@ -1,0 +1,95 @@
+"""The full grid's plan on drawn bases: healthy on every base, each fault on the first bases
+it applies to (the others passed over with the reason), and every variant visible on most
+drawn bases at its severe level, on every shipped task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from faultbench.faults.fault import FAULTS, HEALTHY
+from faultbench.faults.recipe import base_setup
+from faultbench.scoring.manifest import manifestation
+from faultbench.scoring.plan import Plan, plan
+from faultbench.storage.runner import ensure_records
+from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task, task_names
+from faultbench.training.engine import LocalEngine
+
+BASES = 3  # drawn bases each severe variant runs on
+HEALTHY_BASES = 10  # drawn healthy runs its visibility is tested against
+MOST = 2 / 3  # "most" of the bases
+
+
+def _severe_plan(name: str, root: Path, pool: LocalEngine) -> tuple[Plan, dict]:
+    task = get_task(name)
+    store = Store(root)
+    known = FAULTS.names()
+    kept = plan(
+        task,
+        "full",
+        seeds=BASES,
+        healthy_seeds=HEALTHY_BASES,
+        faults=known,
+        levels=["severe", "fixed", "canonical"],  # canonical: a knob with no level on the task
+        store=store,
+        engine=pool,
+        progress=False,
+    )
+    records = {
+        spec: record
+        for spec, record, _ in ensure_records(
+            kept.specs, task, store=store, engine=pool, progress=False, copy=False
+        )
+    }
+    return kept, records
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", task_names())
+def test_every_variant_manifests_on_most_drawn_bases_at_its_severe_level(
+    name: str, shared_store_root: Path, pool: LocalEngine
+) -> None:
+    kept, records = _severe_plan(name, shared_store_root, pool)
+    healthy = [
+        (records[spec].trace, records[spec].config)
+        for point, spec in kept.runs
+        if point.condition.name == HEALTHY
+    ]
+    assert len(healthy) == HEALTHY_BASES
+    shown: dict[str, list[bool]] = {}
+    for point, spec in kept.runs:
+        if point.condition.name == HEALTHY:
+            continue
+        record = records[spec]
+        visible = not record.ok or bool(manifestation(record.trace, record.config, healthy).visible)
+        shown.setdefault(point.variant, []).append(visible)
+    assert shown, name
+    for variant, seen in shown.items():
+        assert np.mean(seen) >= MOST, f"{name} {variant}: visible on {seen}"
+    for passed in kept.passed_over.values():  # nothing skipped silently: each with its reason
+        assert all(why.startswith("fault variant '") for _, why in passed), passed
+
+
+def test_a_fault_runs_on_the_first_bases_it_applies_to_and_says_why_it_skipped_others(
+    shared_store_root: Path, pool: LocalEngine
+) -> None:
+    task = get_task("digits")
+    kept, _ = _severe_plan("digits", shared_store_root, pool)
+    healthy_seeds = [s.seed for p, s in kept.runs if p.condition.name == HEALTHY]
+    assert healthy_seeds == list(range(HEALTHY_BASES))
+    for _, spec in kept.runs:
+        assert spec.design == kept.bases[spec.seed].design  # every run on its seed's base
+    for point in {p for p, _ in kept.runs if p.variant}:
+        seeds = [s.seed for p, s in kept.runs if p == point]
+        why = {
+            seed: point.condition.why_not(base_setup(task, seed, kept.bases[seed].design))
+            for seed in range(HEALTHY_BASES)
+        }
+        expected = [seed for seed in range(HEALTHY_BASES) if not why[seed]][:BASES]
+        assert seeds == expected, point.variant
+        limit = expected[-1] if len(expected) == BASES else HEALTHY_BASES  # bases looked at
+        skipped = {seed: reason for seed, reason in why.items() if reason and seed < limit}
+        assert dict(kept.passed_over.get(point.variant, ())) == skipped, point.variant
