@@ -509,7 +509,8 @@ def _canonical_notes(task: Task) -> list[str]:
         return []
     return [
         f"task '{task.name}': its family's {' and '.join(missing)} are canonical, not measured "
-        f"on it; to measure them: faultbench.tools.calibrate.calibrate_task(task, store=...)"
+        f"on it; to measure them, register it as a plug-in task (entry point group "
+        f"faultbench.tasks) and run: faultbench calibrate --task {task.name}"
     ]
 
 
