@@ -50,7 +50,7 @@ def _label_noise(recipe: Recipe, severity: float | None) -> Recipe:
 
 def _deep_sigmoid(recipe: Recipe, severity: float | None) -> Recipe:
     depth, width = int(severity or 1), recipe.network.widths[-1]
-    return recipe.renetwork(widths=(width,) * depth, activation="sigmoid", norm="none")
+    return recipe.replace(widths=(width,) * depth, activation="sigmoid", norm="none")
 
 
 def _tiny_clip(recipe: Recipe, severity: float | None) -> Recipe:

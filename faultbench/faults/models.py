@@ -150,19 +150,19 @@ def _narrow(recipe: Recipe, severity: float | None) -> Recipe:
     widths = list(recipe.network.widths)
     at = recipe.network.hidden_names.index(recipe.pick_hidden("too_small_model"))
     widths[at] = int(severity or 1)
-    return recipe.renetwork(widths=tuple(widths))
+    return recipe.replace(widths=tuple(widths))
 
 
 def _bottleneck(recipe: Recipe, severity: float | None) -> Recipe:
     widths, narrow = recipe.network.widths, (int(severity or 1),)
     if len(widths) == 1:  # one hidden layer: it is repeated on both sides of the bottleneck
-        return recipe.renetwork(widths=(*widths, *narrow, *widths))
+        return recipe.replace(widths=(*widths, *narrow, *widths))
     middle = len(widths) // 2
-    return recipe.renetwork(widths=(*widths[:middle], *narrow, *widths[middle:]))
+    return recipe.replace(widths=(*widths[:middle], *narrow, *widths[middle:]))
 
 
 def _one_channel(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.renetwork(channels=(*recipe.network.channels[:-1], 1))
+    return recipe.replace(channels=(*recipe.network.channels[:-1], 1))
 
 
 def _convolutional_only(recipe: Recipe) -> str:

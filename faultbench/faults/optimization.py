@@ -53,7 +53,7 @@ MISSING_ZERO_GRAD: tuple[Variant, ...] = (
 
 
 def _constant(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.redesign(lr=recipe.lr * float(severity or 1.0))
+    return recipe.replace(lr=recipe.lr * float(severity or 1.0))
 
 
 def _warmup(recipe: Recipe, severity: float | None) -> Recipe:

@@ -184,17 +184,35 @@ class Recipe:
         """Examples per update."""
         return self.design.batch_size
 
+    @property
+    def optimizer(self) -> str:
+        """The design's optimizer: adam, adamw, sgd or rmsprop."""
+        return self.design.optimizer
+
+    @property
+    def hidden(self) -> int:
+        """Width of the last hidden layer (the one called ``hidden``)."""
+        return self.design.network.widths[-1]
+
     def replace(self, **changes: Any) -> Recipe:
-        """A copy with some fields changed."""
+        """A copy with some fields changed.
+
+        A design's choice can be changed by its name, as a field of the recipe:
+        ``replace(lr=...)``, ``replace(batch_size=...)``, ``replace(widths=...)``,
+        ``replace(hidden=...)`` (the last hidden layer's width): a fault wraps the
+        drawn design without rebuilding it.
+        """
+        design, network = {}, {}
+        for name in list(changes):
+            if name in _DESIGN_FIELDS:
+                design[name] = changes.pop(name)
+            elif name in _NETWORK_FIELDS:
+                network[name] = changes.pop(name)
+        if "hidden" in changes:
+            network["widths"] = (*self.network.widths[:-1], int(changes.pop("hidden")))
+        if design or network:
+            changes["design"] = self.design.replace(**design).with_network(**network)
         return dataclasses.replace(self, **changes)
-
-    def redesign(self, **changes: Any) -> Recipe:
-        """A copy whose design has some fields changed (``lr=``, ``batch_size=``, ...)."""
-        return self.replace(design=self.design.replace(**changes))
-
-    def renetwork(self, **changes: Any) -> Recipe:
-        """A copy whose network has some fields changed (``widths=``, ``channels=``, ...)."""
-        return self.replace(design=self.design.with_network(**changes))
 
     def rng(self, purpose: str) -> np.random.Generator:
         """A generator seeded from the run's seed and ``purpose``: a fault's randomness is
@@ -206,6 +224,13 @@ class Recipe:
         where a fault of one layer (frozen, dead, narrow) strikes."""
         names = self.network.hidden_names
         return names[int(self.rng(purpose).integers(len(names)))]
+
+
+# A design's choices a fault may change by name through Recipe.replace; a recipe's own
+# field of the same name (``clip``, the step part) is the recipe's.
+_OWN_FIELDS = {f.name for f in dataclasses.fields(Recipe)}
+_DESIGN_FIELDS = {f.name for f in dataclasses.fields(Design)} - {"network", "attempt"} - _OWN_FIELDS
+_NETWORK_FIELDS = {f.name for f in dataclasses.fields(Network)} - {"architecture"} - _OWN_FIELDS
 
 
 def base_setup(task: Task, seed: int, design: Design | None = None) -> Recipe:
