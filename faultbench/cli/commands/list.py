@@ -27,8 +27,11 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.scoring.diagnosis import DIAGNOSERS
     from faultbench.tasks.task import TASKS
 
+    from faultbench.cli.commands.realbugs_run import list_section
+
     _faults()
     _tasks()
+    list_section()
     _diagnosers()
     registries = (FAULTS, HELD_OUT, TASKS, DIAGNOSERS)
     broken = [(r.kind, name, why) for r in registries for name, why in r.broken.items()]

@@ -1,0 +1,436 @@
+"""Scores a diagnoser on the real-bug suite, through the grid's own machinery.
+
+Each case's two forms are stored runs (:mod:`faultbench.realbugs.storage`);
+each is handed to the diagnoser as a :class:`~faultbench.scoring.run.Run` with
+its trace, configuration and probe, by :func:`~faultbench.scoring.harness.diagnose_safely`
+in this process or by a :class:`~faultbench.scoring.worker.DiagnosisWorker` for a
+diagnoser that does not ship with faultbench, and a shipped diagnoser's answers
+are stored beside the runs (:mod:`faultbench.scoring.cache`). The scores are
+:mod:`faultbench.scoring.scores`' on the same table of scored runs as the grid's:
+identification on the cases whose bug is one of the known faults, detection and
+``other_fault`` on the others, false alarms on the fixed twins, each with its
+Wilson interval. Beside each answer, the doctor's headline on the same run
+(:func:`faultbench.tools.doctor.verdict_of`) is scored healthy / not healthy /
+undecided against the truth.
+
+The suite is a test set: a diagnoser whose ``tuned_on`` names it is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from faultbench.core.errors import FaultbenchError
+from faultbench.core.limits import DEFAULT_TIMEOUT
+from faultbench.faults.fault import HEALTHY, OTHER_FAULT, labels
+from faultbench.realbugs import FORMS, SUITE, Case, cases, get_case
+from faultbench.realbugs.storage import CaseRuns, CaseStore, ensure, load_check, run_of, save_check
+from faultbench.scoring import scores
+from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
+from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, Diagnosis, get_diagnoser, ships_with_faultbench
+from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely
+from faultbench.scoring.run import Run
+from faultbench.scoring.worker import DiagnosisWorker, wants_worker
+from faultbench.storage.records import RunRecord
+from faultbench.storage.runner import progress_bar
+from faultbench.tools import doctor
+
+NOT_HEALTHY = "not healthy"
+UNDECIDED = doctor.UNDECIDED
+FAILED = "failed"  # the diagnosis failed, so the doctor has no headline
+HEADLINES = (HEALTHY, NOT_HEALTHY, UNDECIDED, FAILED)
+
+
+def check_not_tuned_on_suite(diagnoser: Diagnoser) -> None:
+    """Refuse a diagnoser that declares it was tuned on the suite.
+
+    Raises:
+        FaultbenchError: ``tuned_on`` names the suite.
+    """
+    if SUITE in set(diagnoser.tuned_on):
+        raise FaultbenchError(
+            f"diagnoser '{diagnoser.name}' declares tuned_on {sorted(diagnoser.tuned_on)}, "
+            f"which names '{SUITE}': the real-bug suite is a test set, and no diagnoser may be "
+            "tuned on it; expected tuned_on without it"
+        )
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One form of one case: the truth, the answer, and the doctor's headline."""
+
+    case: str  # the case's name
+    label: str  # the label the case's bug deserves
+    form: str  # "faulty" or "fixed"
+    model: str  # the case's kind of model
+    predicted: str  # the diagnoser's label ("unknown" unless status is "ok")
+    status: str  # ok, error, timeout, crashed, or run-failed
+    message: str = ""  # why the answer failed, if it did
+    probe_steps: int = 0  # probe training steps the diagnosis used
+    seconds: float = 0.0  # wall time of the diagnosis (a measurement)
+    headline: str = ""  # the doctor's headline: a label, "not healthy" or "undecided"
+    evidence: dict[str, Any] = field(default_factory=dict)  # the diagnoser's numbers
+
+    @property
+    def truth(self) -> str:
+        """The right answer: the case's label on the faulty form, healthy on the fixed twin."""
+        return self.label if self.form == "faulty" else HEALTHY
+
+    @property
+    def kind(self) -> str:
+        """healthy (fixed twin), known (one of the nine) or heldout (other_fault)."""
+        if self.form == "fixed":
+            return scores.HEALTHY
+        return scores.HELDOUT if self.label == OTHER_FAULT else scores.KNOWN
+
+    @property
+    def correct(self) -> bool:
+        """Whether the answer names the truth."""
+        return self.status == "ok" and self.predicted == self.truth
+
+    @property
+    def headline_class(self) -> str:
+        """The headline as the doctor's verdict on health: one of :data:`HEADLINES`."""
+        if self.status != "ok":
+            return FAILED
+        if self.headline in (HEALTHY, UNDECIDED):
+            return self.headline
+        return NOT_HEALTHY
+
+    @property
+    def headline_correct(self) -> bool:
+        """Whether the headline's verdict on health is the truth's."""
+        return self.headline_class == (HEALTHY if self.form == "fixed" else NOT_HEALTHY)
+
+
+@dataclass(frozen=True)
+class RealBugsReport:
+    """One diagnoser's answers on the suite."""
+
+    diagnoser: str  # the diagnoser's name
+    tuned_on: tuple[str, ...]  # what it declared
+    results: tuple[CaseResult, ...]  # one per case and form, by case then form
+    trained: int = 0  # runs trained by this evaluation (the rest were stored)
+    notes: tuple[str, ...] = ()  # what the user should know
+
+    def scored_frame(self) -> pd.DataFrame:
+        """One row per answer in the columns of :data:`faultbench.scoring.scores.COLUMNS`."""
+        rows = [
+            {
+                "diagnoser": self.diagnoser,
+                "task": SUITE,
+                "tuned": False,
+                "seed": get_case(r.case).seed,
+                "truth": r.truth,
+                "kind": r.kind,
+                "variant": r.case,
+                "level": "",
+                "grid": SUITE,
+                "predicted": r.predicted,
+                "status": r.status,
+                "probe_steps": r.probe_steps,
+                "diagnose_seconds": r.seconds,
+            }
+            for r in self.results
+        ]
+        return pd.DataFrame(rows, columns=list(scores.COLUMNS))
+
+    def answers_frame(self) -> pd.DataFrame:
+        """One row per answer: case, label, form, answer, status, the doctor's headline."""
+        return pd.DataFrame(
+            [
+                {
+                    "diagnoser": self.diagnoser,
+                    "case": r.case,
+                    "label": r.label,
+                    "model": r.model,
+                    "form": r.form,
+                    "truth": r.truth,
+                    "predicted": r.predicted,
+                    "status": r.status,
+                    "correct": r.correct,
+                    "headline": r.headline,
+                    "headline_verdict": r.headline_class,
+                    "headline_correct": r.headline_correct,
+                }
+                for r in self.results
+            ]
+        )
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """Identification, detection, false alarms (Wilson intervals), and the doctor's headline."""
+        frame = self.scored_frame()
+        found = {
+            "identification": scores.identification(frame),
+            "detection": scores.detection(frame),
+            "false_alarms": scores.false_alarms(frame),
+            "cost": {"probe_steps": scores.cost(frame)["probe_steps"]},
+            "doctor": doctor_scores(self.results),
+        }
+        return scores.to_jsonable(found)  # type: ignore[no-any-return]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (the CLI's ``--json``)."""
+        return {
+            "diagnoser": self.diagnoser,
+            "task": SUITE,
+            "tuned_on": list(self.tuned_on),
+            "cases": len({r.case for r in self.results}),
+            "scores": self.scores,
+            "runs": [{**asdict(r), "truth": r.truth, "correct": r.correct} for r in self.results],
+            "trained": self.trained,
+            "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        """A table of the cases' answers, then the scores."""
+        return render(self)
+
+
+def doctor_scores(results: Sequence[CaseResult]) -> dict[str, scores.Share]:
+    """The doctor's headline against the truth, each share with its Wilson interval."""
+    faulty = [r for r in results if r.form == "faulty"]
+    fixed = [r for r in results if r.form == "fixed"]
+    return {
+        "faulty_not_healthy": scores.wilson(sum(r.headline_class == NOT_HEALTHY for r in faulty), len(faulty)),
+        "faulty_undecided": scores.wilson(sum(r.headline_class == UNDECIDED for r in faulty), len(faulty)),
+        "fixed_healthy": scores.wilson(sum(r.headline_class == HEALTHY for r in fixed), len(fixed)),
+        "fixed_not_healthy": scores.wilson(sum(r.headline_class == NOT_HEALTHY for r in fixed), len(fixed)),
+        "fixed_undecided": scores.wilson(sum(r.headline_class == UNDECIDED for r in fixed), len(fixed)),
+        "right": scores.wilson(sum(r.headline_correct for r in results), len(results)),
+    }
+
+
+def select(names: Sequence[str] | None) -> tuple[Case, ...]:
+    """The cases called ``names`` (every case when None).
+
+    Raises:
+        FaultbenchError: an unknown case name.
+    """
+    return cases() if not names else tuple(get_case(name) for name in dict.fromkeys(names))
+
+
+def evaluate_realbugs(
+    diagnoser: str | Diagnoser,
+    *,
+    case_names: Sequence[str] | None = None,
+    store: CaseStore | str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool | None = None,
+    progress: bool | None = None,
+) -> RealBugsReport:
+    """Score ``diagnoser`` on the real-bug suite (or the cases named).
+
+    Stored runs are reused and missing ones trained (seconds each) and stored; a
+    shipped diagnoser asked for by its name has its answers stored beside them.
+
+    Args:
+        diagnoser: A registered name, ``module:Class``, or a diagnoser object.
+        case_names: Only these cases (default: all).
+        store: Where records live; the default store when omitted.
+        timeout: Seconds one diagnosis may take (positive).
+        isolate: Diagnose in a worker process; None decides as the grid does
+            (:func:`faultbench.scoring.worker.wants_worker`).
+        progress: Progress lines on stderr; False hides them.
+
+    Returns:
+        The report.
+
+    Raises:
+        FaultbenchError: an unknown diagnoser or case, a diagnoser tuned on the
+            suite, a bad timeout, or a store that cannot be one.
+    """
+    timeout = check_timeout(timeout)
+    diag = get_diagnoser(diagnoser)
+    check_not_tuned_on_suite(diag)
+    chosen = select(case_names)
+    the_store = store if isinstance(store, CaseStore) else CaseStore(store)
+    the_store.check()
+    with progress_bar(2 * len(chosen), "training realbugs", unit="run", show=progress) as bar:
+        stored = []
+        for item in ensure(chosen, the_store):
+            stored.append(item)
+            bar.update()
+    trained = sum(item.trained for item in stored)
+    cache = _stored_answers(diagnoser, diag, the_store)
+    answered = cache is not None and all(cache.load(i.record) is not None for i in stored if i.record.ok)
+    in_worker, note = wants_worker(diag, isolate)
+    prepare = getattr(diag, "prepare", None)
+    if callable(prepare) and not answered:
+        prepare(store=the_store, engine=None)
+    results = []
+    with _diagnose_with(diag, timeout, in_worker and not answered) as diagnose:
+        desc = f"diagnosing {SUITE} ({diag.name})"
+        with progress_bar(len(stored), desc, unit="run", show=progress) as bar:
+            for item in stored:
+                results.append(_result(item.case, item.form, item.record, diagnose, cache, the_store))
+                bar.update()
+    return RealBugsReport(
+        diag.name,
+        tuple(sorted(diag.tuned_on)),
+        tuple(results),
+        trained=trained,
+        notes=tuple([*the_store.notes, *([note] if note else [])]),
+    )
+
+
+def _stored_answers(asked: str | Diagnoser, diag: Diagnoser, store: CaseStore) -> DiagnosisCache | None:
+    if not (isinstance(asked, str) and ":" not in asked and ships_with_faultbench(diag)):
+        return None
+    return DiagnosisCache(store, diag.name, diagnosis_code())
+
+
+class _Diagnose:
+    """Turns a record into an outcome: in a worker process, or here."""
+
+    def __init__(self, diag: Diagnoser, timeout: float, worker: DiagnosisWorker | None) -> None:
+        self.diag, self.timeout, self.worker = diag, timeout, worker
+
+    def __call__(self, record: RunRecord) -> Outcome:
+        if self.worker is not None:
+            return self.worker.diagnose(record)
+        try:
+            run = run_of(record)
+        except Exception as exc:  # a broken rebuild must not stop the other cases
+            return Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
+        return diagnose_safely(self.diag, run, timeout=self.timeout)
+
+
+@contextlib.contextmanager
+def _diagnose_with(diag: Diagnoser, timeout: float, in_worker: bool) -> Iterator[_Diagnose]:
+    if not in_worker:
+        yield _Diagnose(diag, timeout, None)
+        return
+    with DiagnosisWorker(diag, None, timeout=timeout, runs=CaseRuns()) as worker:
+        worker.start()
+        yield _Diagnose(diag, timeout, worker)
+
+
+def _result(
+    case: Case,
+    form: str,
+    record: RunRecord,
+    diagnose: _Diagnose,
+    cache: DiagnosisCache | None,
+    store: CaseStore,
+) -> CaseResult:
+    base = CaseResult(case.name, case.label, form, case.model, UNKNOWN, "run-failed", record.error)
+    if not record.ok:
+        return base
+    outcome = cache.load(record) if cache is not None else None
+    if outcome is None:
+        outcome = diagnose(record)
+        if cache is not None:
+            cache.save(record, outcome)
+    headline = _headline(outcome, record, store) if outcome.status == "ok" else ""
+    return CaseResult(
+        case.name,
+        case.label,
+        form,
+        case.model,
+        outcome.label,
+        outcome.status,
+        outcome.message,
+        outcome.probe_steps if outcome.status in ("ok", "error") else 0,
+        outcome.seconds,
+        headline,
+        dict(outcome.evidence),
+    )
+
+
+def _doctor_code() -> str:
+    """Hash of the doctor's source: a stored memorization check is keyed by it."""
+    return hashlib.sha256(inspect.getsource(doctor).encode()).hexdigest()[:12]
+
+
+def _headline(outcome: Outcome, record: RunRecord, store: CaseStore) -> str:
+    """The doctor's headline on this run, given the diagnoser's answer and evidence."""
+    run = run_of(record)
+    label = outcome.label if outcome.label in labels() else UNKNOWN
+    diagnosis = Diagnosis(label, evidence=outcome.evidence)
+    checks = (
+        _memorization(run, outcome, record, store),
+        doctor.validation_check(run),
+        doctor.wait_check(run),
+        doctor.accelerator_check(None),
+        doctor.memory_check(None),
+    )
+    return doctor.verdict_of(diagnosis, checks, run)[0]
+
+
+def _memorization(run: Run, outcome: Outcome, record: RunRecord, store: CaseStore) -> doctor.Check:
+    """The doctor's memorization check: the diagnoser's own if it reports one, else the
+    doctor's probe (trained once per run and stored beside it)."""
+    reported = outcome.evidence.get("memorization") if isinstance(outcome.evidence, dict) else None
+    if isinstance(reported, dict) and isinstance(reported.get("memorized"), bool):
+        return doctor.memorize_check(run, outcome.evidence)
+    code = _doctor_code()
+    stored = load_check(store, record, code)
+    if stored is not None:
+        return doctor.Check(**stored)
+    try:
+        check = doctor.memorize_check(run)
+    except Exception as exc:  # a probe whose output is not class scores (a regression)
+        name, threshold = "memorizes a small batch", "100% of 16 in 300 steps"
+        check = doctor.Check(name, f"cannot run: {type(exc).__name__}", threshold, doctor.UNMEASURED + ": no class scores")
+    save_check(store, record, code, check)
+    return check
+
+
+def render(report: RealBugsReport) -> str:
+    """The summary ``faultbench run --task realbugs`` prints (within 100 columns)."""
+    by_case: dict[str, dict[str, CaseResult]] = {}
+    for r in report.results:
+        by_case.setdefault(r.case, {})[r.form] = r
+    width = max([len(c) for c in by_case] + [4])
+    lines = [
+        f"{report.diagnoser} on the real-bug suite ({len(by_case)} cases, each faulty and fixed)",
+        "",
+        f"{'case':<{width}}  {'label':<19} {'faulty →':<19} {'fixed →':<12} doctor",
+    ]
+    for name, forms in by_case.items():
+        faulty, fixed = forms.get("faulty"), forms.get("fixed")
+        mark = lambda r: "" if r is None else ("✓ " if r.correct else "✗ ")  # noqa: E731
+        ans = lambda r: "-" if r is None else (r.predicted if r.status == "ok" else r.status)  # noqa: E731
+        doc = "/".join(r.headline_class if r is not None else "-" for r in (faulty, fixed))
+        label = faulty.label if faulty else fixed.label if fixed else ""
+        lines.append(
+            f"{name:<{width}}  {label:<19} {mark(faulty)}{ans(faulty):<17} {mark(fixed)}{ans(fixed):<10} {doc}"
+        )
+    s = report.scores
+    share = lambda d: "n/a" if not d["n"] else f"{d['value']:.3f} [{d['low']:.2f}, {d['high']:.2f}] ({d['hits']}/{d['n']})"  # noqa: E731
+    lines += [
+        "",
+        f"identification (known-label cases):   {share(s['identification']['accuracy'])}",
+        f"out-of-list cases not called healthy:  {share(s['detection']['not_healthy'])}",
+        f"out-of-list cases called other_fault:  {share(s['detection']['other_fault'])}",
+        f"false alarms (fixed twins):            {share(s['false_alarms'])}",
+        f"doctor's headline right:               {share(s['doctor']['right'])}",
+    ]
+    failures: dict[str, int] = {}
+    for r in report.results:
+        if r.status != "ok":
+            key = f"{r.status}: {(r.message.strip().splitlines() or ['(no message)'])[0][:80]}"
+            failures[key] = failures.get(key, 0) + 1
+    lines += [f"  {n} × {key}" for key, n in sorted(failures.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "FORMS",
+    "CaseResult",
+    "RealBugsReport",
+    "check_not_tuned_on_suite",
+    "doctor_scores",
+    "evaluate_realbugs",
+    "render",
+    "select",
+]
