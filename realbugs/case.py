@@ -104,9 +104,11 @@ SIGNALS: dict[str, tuple[str, Callable[[Trace, RunConfig, str], float]]] = {
     ),
     "min_loss": (
         "the lowest finite training loss",
-        lambda t, c, _: float(np.nanmin(np.where(np.isfinite(t.loss), t.loss, np.nan)))
-        if np.isfinite(t.loss).any()
-        else math.nan,
+        lambda t, c, _: (
+            float(np.nanmin(np.where(np.isfinite(t.loss), t.loss, np.nan)))
+            if np.isfinite(t.loss).any()
+            else math.nan
+        ),
     ),
     "nonfinite_loss": (
         "share of steps whose training loss is NaN or infinite",
@@ -156,7 +158,9 @@ class Symptom:
         what = SIGNALS[self.signal][0]
         if self.layer:
             what += f" of layer '{self.layer}'"
-        return f"{what} {'>' if self.above is not None else '<'} {self.above if self.above is not None else self.below:g}"
+        if self.above is not None:
+            return f"{what} > {self.above:g}"
+        return f"{what} < {self.below:g}"
 
 
 @dataclass(frozen=True)
@@ -216,7 +220,11 @@ class Case:
             return f"MODEL {self.model!r}; expected one of {MODEL_KINDS}"
         if not isinstance(self.symptom, Symptom):
             return f"SYMPTOM is a {type(self.symptom).__name__}; expected a Symptom"
-        texts = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), str)}
+        texts = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), str)
+        }
         empty = [k for k, v in texts.items() if not v.strip()]
         return f"empty {empty}" if empty else ""
 

@@ -9,7 +9,8 @@ accuracy, and hand the Monitor's trace and a probe back to the benchmark.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sized
+from typing import cast
 
 import numpy as np
 import torch
@@ -17,7 +18,18 @@ from torch import nn
 
 from faultbench.realbugs.case import CaseRun
 
-__all__ = ["CaseRun", "accuracy", "batches_of", "blobs", "digits", "digits_arrays", "finish", "mean_loss", "seed_everything", "split"]
+__all__ = [
+    "CaseRun",
+    "accuracy",
+    "batches_of",
+    "blobs",
+    "digits",
+    "digits_arrays",
+    "finish",
+    "mean_loss",
+    "seed_everything",
+    "split",
+]
 from faultbench.scoring.run import Probe
 from faultbench.training.monitor import Monitor
 
@@ -37,7 +49,7 @@ def split(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A seeded shuffle, then the first part for training and the rest for validation."""
     order = np.random.default_rng(seed).permutation(len(y))
-    cut = int(round(len(y) * (1.0 - val_fraction)))
+    cut = round(len(y) * (1.0 - val_fraction))
     return X[order[:cut]], y[order[:cut]], X[order[cut:]], y[order[cut:]]
 
 
@@ -58,7 +70,12 @@ def digits(
     if images:
         X = X.reshape(-1, 1, 8, 8)
     X_tr, y_tr, X_va, y_va = split(X, y, seed=seed)
-    return (torch.from_numpy(X_tr), torch.from_numpy(y_tr), torch.from_numpy(X_va), torch.from_numpy(y_va))
+    return (
+        torch.from_numpy(X_tr),
+        torch.from_numpy(y_tr),
+        torch.from_numpy(X_va),
+        torch.from_numpy(y_va),
+    )
 
 
 def blobs(
@@ -71,13 +88,23 @@ def blobs(
     from sklearn.datasets import make_classification
 
     X, y = make_classification(
-        n_samples=samples, n_features=features, n_informative=min(features, 10),
-        n_redundant=0, n_classes=classes, n_clusters_per_class=1, class_sep=separation,
+        n_samples=samples,
+        n_features=features,
+        n_informative=min(features, 10),
+        n_redundant=0,
+        n_classes=classes,
+        n_clusters_per_class=1,
+        class_sep=separation,
         random_state=seed,
     )
     X = ((X - X.mean(0)) / X.std(0)).astype(np.float32)
     X_tr, y_tr, X_va, y_va = split(X, y.astype(np.int64), seed=seed)
-    return (torch.from_numpy(X_tr), torch.from_numpy(y_tr), torch.from_numpy(X_va), torch.from_numpy(y_va))
+    return (
+        torch.from_numpy(X_tr),
+        torch.from_numpy(y_tr),
+        torch.from_numpy(X_va),
+        torch.from_numpy(y_va),
+    )
 
 
 def batches_of(dataset: torch.utils.data.Dataset, batch_size: int) -> torch.utils.data.DataLoader:
@@ -89,7 +116,9 @@ def batches_of(dataset: torch.utils.data.Dataset, batch_size: int) -> torch.util
     return torch.utils.data.DataLoader(
         dataset,
         sampler=torch.utils.data.BatchSampler(
-            torch.utils.data.RandomSampler(dataset), batch_size=batch_size, drop_last=False
+            torch.utils.data.RandomSampler(cast(Sized, dataset)),
+            batch_size=batch_size,
+            drop_last=False,
         ),
         batch_size=None,
     )
@@ -103,8 +132,10 @@ def accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
 
 @torch.no_grad()
 def mean_loss(
-    model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    X: torch.Tensor, y: torch.Tensor,
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    X: torch.Tensor,
+    y: torch.Tensor,
 ) -> float:
     """The loss on ``X`` in one pass."""
     return float(loss_fn(model(X), y))

@@ -65,7 +65,9 @@ def spec_of(case: Case, form: str) -> RunSpec:
     """The run spec of ``case`` in ``form`` ("faulty" or "fixed")."""
     if form not in FORMS:
         raise ValueError(f"form {form!r}; expected one of {FORMS}")
-    return RunSpec(SUITE, case_fingerprint(case), Condition(((f"{case.name}.{form}", None),)), case.seed)
+    return RunSpec(
+        SUITE, case_fingerprint(case), Condition(((f"{case.name}.{form}", None),)), case.seed
+    )
 
 
 def case_and_form(spec: RunSpec) -> tuple[Case, str]:
@@ -207,4 +209,3 @@ def save_check(store: Store, record: RunRecord, code: str, check: Any) -> None:
         os.replace(tmp, path)
     except OSError:
         return
-

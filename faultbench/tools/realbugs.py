@@ -34,7 +34,13 @@ from faultbench.realbugs import FORMS, SUITE, Case, cases, get_case
 from faultbench.realbugs.storage import CaseRuns, CaseStore, ensure, load_check, run_of, save_check
 from faultbench.scoring import scores
 from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
-from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, Diagnosis, get_diagnoser, ships_with_faultbench
+from faultbench.scoring.diagnosis import (
+    UNKNOWN,
+    Diagnoser,
+    Diagnosis,
+    get_diagnoser,
+    ships_with_faultbench,
+)
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely
 from faultbench.scoring.run import Run
 from faultbench.scoring.worker import DiagnosisWorker, wants_worker
@@ -200,11 +206,19 @@ def doctor_scores(results: Sequence[CaseResult]) -> dict[str, scores.Share]:
     faulty = [r for r in results if r.form == "faulty"]
     fixed = [r for r in results if r.form == "fixed"]
     return {
-        "faulty_not_healthy": scores.wilson(sum(r.headline_class == NOT_HEALTHY for r in faulty), len(faulty)),
-        "faulty_undecided": scores.wilson(sum(r.headline_class == UNDECIDED for r in faulty), len(faulty)),
+        "faulty_not_healthy": scores.wilson(
+            sum(r.headline_class == NOT_HEALTHY for r in faulty), len(faulty)
+        ),
+        "faulty_undecided": scores.wilson(
+            sum(r.headline_class == UNDECIDED for r in faulty), len(faulty)
+        ),
         "fixed_healthy": scores.wilson(sum(r.headline_class == HEALTHY for r in fixed), len(fixed)),
-        "fixed_not_healthy": scores.wilson(sum(r.headline_class == NOT_HEALTHY for r in fixed), len(fixed)),
-        "fixed_undecided": scores.wilson(sum(r.headline_class == UNDECIDED for r in fixed), len(fixed)),
+        "fixed_not_healthy": scores.wilson(
+            sum(r.headline_class == NOT_HEALTHY for r in fixed), len(fixed)
+        ),
+        "fixed_undecided": scores.wilson(
+            sum(r.headline_class == UNDECIDED for r in fixed), len(fixed)
+        ),
         "right": scores.wilson(sum(r.headline_correct for r in results), len(results)),
     }
 
@@ -261,7 +275,9 @@ def evaluate_realbugs(
             bar.update()
     trained = sum(item.trained for item in stored)
     cache = _stored_answers(diagnoser, diag, the_store)
-    answered = cache is not None and all(cache.load(i.record) is not None for i in stored if i.record.ok)
+    answered = cache is not None and all(
+        cache.load(i.record) is not None for i in stored if i.record.ok
+    )
     in_worker, note = wants_worker(diag, isolate)
     prepare = getattr(diag, "prepare", None)
     if callable(prepare) and not answered:
@@ -271,7 +287,9 @@ def evaluate_realbugs(
         desc = f"diagnosing {SUITE} ({diag.name})"
         with progress_bar(len(stored), desc, unit="run", show=progress) as bar:
             for item in stored:
-                results.append(_result(item.case, item.form, item.record, diagnose, cache, the_store))
+                results.append(
+                    _result(item.case, item.form, item.record, diagnose, cache, the_store)
+                )
                 bar.update()
     return RealBugsReport(
         diag.name,
@@ -282,7 +300,9 @@ def evaluate_realbugs(
     )
 
 
-def _stored_answers(asked: str | Diagnoser, diag: Diagnoser, store: CaseStore) -> DiagnosisCache | None:
+def _stored_answers(
+    asked: str | Diagnoser, diag: Diagnoser, store: CaseStore
+) -> DiagnosisCache | None:
     if not (isinstance(asked, str) and ":" not in asked and ships_with_faultbench(diag)):
         return None
     return DiagnosisCache(store, diag.name, diagnosis_code())
@@ -380,13 +400,40 @@ def _memorization(run: Run, outcome: Outcome, record: RunRecord, store: CaseStor
         check = doctor.memorize_check(run)
     except Exception as exc:  # a probe whose output is not class scores (a regression)
         name, threshold = "memorizes a small batch", "100% of 16 in 300 steps"
-        check = doctor.Check(name, f"cannot run: {type(exc).__name__}", threshold, doctor.UNMEASURED + ": no class scores")
+        check = doctor.Check(
+            name,
+            f"cannot run: {type(exc).__name__}",
+            threshold,
+            doctor.UNMEASURED + ": no class scores",
+        )
     save_check(store, record, code, check)
     return check
 
 
+def _mark(r: CaseResult | None) -> str:
+    return "" if r is None else ("✓ " if r.correct else "✗ ")
+
+
+def _answer(r: CaseResult | None) -> str:
+    return "-" if r is None else (r.predicted if r.status == "ok" else r.status)
+
+
+def _doctor_mark(r: CaseResult | None) -> str:
+    return "-" if r is None else ("✓" if r.headline_correct else "✗")
+
+
+def _share(d: dict[str, Any]) -> str:
+    if not d["n"]:
+        return "n/a"
+    return f"{d['value']:.3f} [{d['low']:.2f}, {d['high']:.2f}] ({d['hits']}/{d['n']})"
+
+
 def render(report: RealBugsReport) -> str:
-    """The summary ``faultbench run --task realbugs`` prints (within 100 columns)."""
+    """The summary ``faultbench run --task realbugs`` prints: one line per case, then the scores.
+
+    A case's line shows its label, the answer on each form (✓ right, ✗ wrong) and
+    whether the doctor's headline was right on each (faulty/fixed).
+    """
     by_case: dict[str, dict[str, CaseResult]] = {}
     for r in report.results:
         by_case.setdefault(r.case, {})[r.form] = r
@@ -394,26 +441,24 @@ def render(report: RealBugsReport) -> str:
     lines = [
         f"{report.diagnoser} on the real-bug suite ({len(by_case)} cases, each faulty and fixed)",
         "",
-        f"{'case':<{width}}  {'label':<19} {'faulty →':<19} {'fixed →':<12} doctor",
+        f"{'case':<{width}}  {'label':<19}  {'faulty →':<21}  {'fixed →':<21}  doctor",
     ]
     for name, forms in by_case.items():
         faulty, fixed = forms.get("faulty"), forms.get("fixed")
-        mark = lambda r: "" if r is None else ("✓ " if r.correct else "✗ ")  # noqa: E731
-        ans = lambda r: "-" if r is None else (r.predicted if r.status == "ok" else r.status)  # noqa: E731
-        doc = "/".join(r.headline_class if r is not None else "-" for r in (faulty, fixed))
-        label = faulty.label if faulty else fixed.label if fixed else ""
+        either = faulty or fixed
+        label = either.label if either is not None else ""
         lines.append(
-            f"{name:<{width}}  {label:<19} {mark(faulty)}{ans(faulty):<17} {mark(fixed)}{ans(fixed):<10} {doc}"
+            f"{name:<{width}}  {label:<19}  {_mark(faulty) + _answer(faulty):<21}  "
+            f"{_mark(fixed) + _answer(fixed):<21}  {_doctor_mark(faulty)}/{_doctor_mark(fixed)}"
         )
     s = report.scores
-    share = lambda d: "n/a" if not d["n"] else f"{d['value']:.3f} [{d['low']:.2f}, {d['high']:.2f}] ({d['hits']}/{d['n']})"  # noqa: E731
     lines += [
         "",
-        f"identification (known-label cases):   {share(s['identification']['accuracy'])}",
-        f"out-of-list cases not called healthy:  {share(s['detection']['not_healthy'])}",
-        f"out-of-list cases called other_fault:  {share(s['detection']['other_fault'])}",
-        f"false alarms (fixed twins):            {share(s['false_alarms'])}",
-        f"doctor's headline right:               {share(s['doctor']['right'])}",
+        f"identification (known-label cases):   {_share(s['identification']['accuracy'])}",
+        f"out-of-list cases not called healthy:  {_share(s['detection']['not_healthy'])}",
+        f"out-of-list cases called other_fault:  {_share(s['detection']['other_fault'])}",
+        f"false alarms (fixed twins):            {_share(s['false_alarms'])}",
+        f"doctor's headline right:               {_share(s['doctor']['right'])}",
     ]
     failures: dict[str, int] = {}
     for r in report.results:

@@ -1,4 +1,5 @@
-"""A default 1-input network gets hidden widths 2 and 1: it predicts one constant for every input."""
+"""A default 1-input network gets hidden widths 2 and 1: it predicts one constant for every
+input."""
 
 import numpy as np
 import torch

@@ -1,4 +1,5 @@
-"""A causal transformer decoder trained without a causal mask copies the future: terrible at inference."""
+"""A causal transformer decoder trained without a causal mask copies the future: terrible at
+inference."""
 
 import numpy as np
 import torch
@@ -57,11 +58,14 @@ class Decoder(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         causal = nn.Transformer.generate_square_subsequent_mask(tokens.size(1))
         use_mask = self.causal_in_training or not self.training
-        return self.out(self.layers(self.embed(tokens) + self.position, mask=causal if use_mask else None))
+        return self.out(
+            self.layers(self.embed(tokens) + self.position, mask=causal if use_mask else None)
+        )
 
 
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
-    """Teacher forcing on (tokens[:-1] -> tokens[1:]); train accuracy as trained, val as at inference."""
+    """Teacher forcing on (tokens[:-1] -> tokens[1:]); train accuracy as trained, val as at
+    inference."""
     kit.seed_everything(SEED)
     data = sequences(SEED, 1200)
     x, y = data[:, :-1], data[:, 1:]

@@ -1,4 +1,5 @@
-"""practical-pytorch's char-RNN with optimizer.step(): loss stays big and fluctuates, never diminishes."""
+"""practical-pytorch's char-RNN with optimizer.step(): loss stays big and fluctuates, never
+diminishes."""
 
 import numpy as np
 import torch
@@ -99,4 +100,6 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             optimizer.step()
             monitor.step(loss, output, category_tensor)
         monitor.log_eval(train_acc=accuracy(0, 1000), val_acc=accuracy(1000, 1200))
-    return kit.finish(monitor, make_model=make_model, loss_fn=criterion, X=padded, y=categories[:256])
+    return kit.finish(
+        monitor, make_model=make_model, loss_fn=criterion, X=padded, y=categories[:256]
+    )

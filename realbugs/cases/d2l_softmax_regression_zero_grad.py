@@ -36,9 +36,9 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
 
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
-        net = nn.Sequential(nn.Flatten(), nn.Linear(20, 10))
-        nn.init.normal_(net[1].weight, std=0.01)
-        return net
+        linear = nn.Linear(20, 10)
+        nn.init.normal_(linear.weight, std=0.01)
+        return nn.Sequential(nn.Flatten(), linear)
 
     net = make_model()
     loss = nn.CrossEntropyLoss()

@@ -1,4 +1,5 @@
-"""A recommender's scores pass through sigmoid before BCEWithLogitsLoss: the loss does not converge."""
+"""A recommender's scores pass through sigmoid before BCEWithLogitsLoss: the loss does not
+converge."""
 
 import numpy as np
 import torch
@@ -51,7 +52,9 @@ def interactions(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     users, items = np.nonzero(positive)
     neg_users, neg_items = np.nonzero(~positive)
     pick = rng.choice(len(neg_users), size=len(users), replace=False)
-    pairs = np.concatenate([np.stack([users, items], 1), np.stack([neg_users[pick], neg_items[pick]], 1)])
+    pairs = np.concatenate(
+        [np.stack([users, items], 1), np.stack([neg_users[pick], neg_items[pick]], 1)]
+    )
     labels = np.concatenate([np.ones(len(users)), np.zeros(len(users))]).astype(np.float32)
     order = rng.permutation(len(labels))
     return torch.from_numpy(pairs[order]), torch.from_numpy(labels[order])
@@ -62,7 +65,12 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     kit.seed_everything(SEED)
     pairs, labels = interactions(SEED)
     cut = int(0.8 * len(labels))
-    train_pairs, train_labels, val_pairs, val_labels = pairs[:cut], labels[:cut], pairs[cut:], labels[cut:]
+    train_pairs, train_labels, val_pairs, val_labels = (
+        pairs[:cut],
+        labels[:cut],
+        pairs[cut:],
+        labels[cut:],
+    )
 
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
@@ -99,4 +107,6 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             val_acc=hits(val_pairs, val_labels),
             val_loss=kit.mean_loss(model, criterion, val_pairs, val_labels),
         )
-    return kit.finish(monitor, make_model=make_model, loss_fn=criterion, X=train_pairs, y=train_labels)
+    return kit.finish(
+        monitor, make_model=make_model, loss_fn=criterion, X=train_pairs, y=train_labels
+    )

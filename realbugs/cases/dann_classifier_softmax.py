@@ -1,4 +1,5 @@
-"""pytorch-DANN's classifier ends in a softmax before CrossEntropyLoss: the model is hard to train."""
+"""pytorch-DANN's classifier ends in a softmax before CrossEntropyLoss: the model is hard
+to train."""
 
 import torch
 from torch import nn
@@ -30,9 +31,14 @@ class Extractor(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.extractor = nn.Sequential(
-            nn.Conv2d(1, 32, kernel_size=3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.MaxPool2d(2), nn.Conv2d(32, 48, kernel_size=3, padding=1), nn.BatchNorm2d(48),
-            nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(1, 32, kernel_size=3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 48, kernel_size=3, padding=1),
+            nn.BatchNorm2d(48),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -44,7 +50,13 @@ class Classifier(nn.Module):
 
     def __init__(self, *, softmax: bool) -> None:
         super().__init__()
-        layers = [nn.Linear(192, 100), nn.ReLU(), nn.Linear(100, 100), nn.ReLU(), nn.Linear(100, 10)]
+        layers = [
+            nn.Linear(192, 100),
+            nn.ReLU(),
+            nn.Linear(100, 100),
+            nn.ReLU(),
+            nn.Linear(100, 10),
+        ]
         self.classifier = nn.Sequential(*layers, *([nn.Softmax(dim=1)] if softmax else []))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

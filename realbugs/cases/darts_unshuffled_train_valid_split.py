@@ -42,14 +42,25 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     if fixed:
         indices = torch.randperm(n_train).tolist()
     train_idx, valid_idx = indices[:split], indices[split:]
-    train_x, train_y, val_x, val_y = images[train_idx], labels[train_idx], images[valid_idx], labels[valid_idx]
+    train_x, train_y, val_x, val_y = (
+        images[train_idx],
+        labels[train_idx],
+        images[valid_idx],
+        labels[valid_idx],
+    )
 
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
         return nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(32, 10),
         )
 
     model = make_model()

@@ -1,4 +1,5 @@
-"""deep-cross-attention's aggregator starts from zero weights, no bias, then ReLU: it never gets a gradient."""
+"""deep-cross-attention's aggregator starts from zero weights, no bias, then ReLU: it never gets a
+gradient."""
 
 import torch
 from torch import nn

@@ -1,4 +1,7 @@
-"""DLRM's bias initialization can start a ReLU far below zero: its output is all 0, no gradient flows."""
+"""DLRM's bias initialization can start a ReLU far below zero: its output is all 0, no gradient
+flows."""
+
+import itertools
 
 import numpy as np
 import torch
@@ -40,7 +43,9 @@ def clicks(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     dense = rng.lognormal(0.0, 1.0, size=(n, DENSE)).astype(np.float32)
     sparse = rng.integers(0, ROWS, size=(n, TABLES))
     effect = rng.normal(0, 2, size=(TABLES, ROWS))
-    logit = np.log1p(dense) @ rng.normal(0, 0.3, DENSE) + effect[np.arange(TABLES), sparse].sum(1) - 1.0
+    logit = (
+        np.log1p(dense) @ rng.normal(0, 0.3, DENSE) + effect[np.arange(TABLES), sparse].sum(1) - 1.0
+    )
     y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.float32)
     rows = np.concatenate([np.log1p(dense), sparse.astype(np.float32)], axis=1)
     return torch.from_numpy(rows), torch.from_numpy(y)
@@ -59,7 +64,7 @@ class DLRM(nn.Module):
 
     def create_mlp(self, ln: list[int]) -> nn.Sequential:
         layers: list[nn.Module] = []
-        for n, m in zip(ln[:-1], ln[1:]):
+        for n, m in itertools.pairwise(ln):
             LL = nn.Linear(n, m, bias=True)
             if self.xavier:  # the fix
                 nn.init.xavier_normal_(LL.weight)

@@ -1,4 +1,5 @@
-"""rpg_event_representation_learning lists classes with listdir: train and test disagree on the order."""
+"""rpg_event_representation_learning lists classes with listdir: train and test disagree on the
+order."""
 
 import numpy as np
 import torch
@@ -49,8 +50,13 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
         return nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(128, len(FOLDERS)),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(),
+            nn.Linear(128, len(FOLDERS)),
         )
 
     model = make_model()

@@ -7,7 +7,9 @@ from torch.nn import functional as F
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
 
-SOURCE = "https://discuss.pytorch.org/t/neural-network-could-not-learn-on-this-type-of-data-why/96648/5"
+SOURCE = (
+    "https://discuss.pytorch.org/t/neural-network-could-not-learn-on-this-type-of-data-why/96648/5"
+)
 REPORTED = "A small network trained on inputs 1..3999 with targets x**3 could not learn the data."
 DIAGNOSIS = (
     "Inputs and targets are far off unit scale; normalizing the input (and the target, "
@@ -16,7 +18,10 @@ DIAGNOSIS = (
 LABEL = "huge_inputs"
 MODEL = "mlp"
 OPTIMIZER = "Adam"
-DATA = "The thread's own data: inputs 1..3999 and targets x**3; the answer's network (1-50-1) and Adam."
+DATA = (
+    "The thread's own data: inputs 1..3999 and targets x**3; "
+    "the answer's network (1-50-1) and Adam."
+)
 SYMPTOM = Symptom("loss_ratio", above=0.5)  # the loss does not even halve
 SEED = 0
 EPOCHS = 300
@@ -37,10 +42,10 @@ class Network(nn.Module):
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     """Full-batch training, as in the thread."""
     kit.seed_everything(SEED)
-    input = torch.tensor([x for x in range(1, 4000)]).float().unsqueeze(1)  # noqa: A001
+    input = torch.tensor([x for x in range(1, 4000)]).float().unsqueeze(1)
     target = input**3
     if fixed:  # the answer: normalize input and target
-        input = (input - input.mean()) / input.std()  # noqa: A001
+        input = (input - input.mean()) / input.std()
         target = (target - target.mean()) / target.std()
 
     def make_model() -> nn.Module:
@@ -51,7 +56,9 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.MSELoss()
     monitor = Monitor(model, optimizer, every=1)
-    for _epoch, (x, y) in zip(range(epochs), monitor.batches((input, target) for _ in range(epochs))):
+    for _epoch, (x, y) in zip(
+        range(epochs), monitor.batches((input, target) for _ in range(epochs))
+    ):
         optimizer.zero_grad()
         out = model(x)
         loss = criterion(out, y)

@@ -1,4 +1,5 @@
-"""A two-layer perceptron for XOR without a non-linearity between its layers: it cannot learn XOR."""
+"""A two-layer perceptron for XOR without a non-linearity between its layers: it cannot
+learn XOR."""
 
 import numpy as np
 import torch
@@ -41,7 +42,10 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         torch.manual_seed(SEED)
         between = [nn.ReLU()] if fixed else []
         return nn.Sequential(
-            nn.Linear(input_dim, hidden_dim), *between, nn.Linear(hidden_dim, output_dim), nn.Sigmoid()
+            nn.Linear(input_dim, hidden_dim),
+            *between,
+            nn.Linear(hidden_dim, output_dim),
+            nn.Sigmoid(),
         )
 
     def accuracy(inputs: torch.Tensor, targets: torch.Tensor) -> float:
@@ -52,7 +56,9 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     criterion = nn.BCELoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     monitor = Monitor(model, optimizer, every=1)
-    for epoch, (inputs, targets) in enumerate(monitor.batches((train_x, train_y) for _ in range(epochs))):
+    for epoch, (inputs, targets) in enumerate(
+        monitor.batches((train_x, train_y) for _ in range(epochs))
+    ):
         optimizer.zero_grad()
         loss = criterion(model(inputs), targets)
         loss.backward()
@@ -60,7 +66,8 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         monitor.step(loss)
         if (epoch + 1) % 10 == 0:
             monitor.log_eval(
-                train_acc=accuracy(train_x, train_y), val_acc=accuracy(val_x, val_y),
+                train_acc=accuracy(train_x, train_y),
+                val_acc=accuracy(val_x, val_y),
                 val_loss=kit.mean_loss(model, criterion, val_x, val_y),
             )
     return kit.finish(monitor, make_model=make_model, loss_fn=criterion, X=train_x, y=train_y)

@@ -1,4 +1,7 @@
-"""HVPNeT builds its optimizer from parameter groups and forgets the head's: crf and fc are not trained."""
+"""HVPNeT builds its optimizer from parameter groups and forgets the head's: crf and fc are not
+trained."""
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,7 +70,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
 
     model = make_model()
     parameters = []
-    params = {"lr": 5e-3, "weight_decay": 1e-2}
+    params: dict[str, Any] = {"lr": 5e-3, "weight_decay": 1e-2}
     params["params"] = [p for n, p in model.named_parameters() if n.startswith("embeddings")]
     parameters.append(params)
     params = {"lr": 5e-3, "weight_decay": 1e-2}

@@ -25,7 +25,8 @@ EPOCHS = 1
 
 
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
-    """model.fit(x, y, nb_epoch=1, batch_size=1), unshuffled as Keras' fit would not shuffle here."""
+    """model.fit(x, y, nb_epoch=1, batch_size=1), unshuffled as Keras' fit would not shuffle
+    here."""
     kit.seed_everything(SEED)
     x = torch.arange(200, dtype=torch.float32).unsqueeze(1)
     y = 2.0 * x

@@ -1,4 +1,5 @@
-"""A MONAI tutorial adapted to two folders: training on the first 10 files, validating on the last 10."""
+"""A MONAI tutorial adapted to two folders: training on the first 10 files, validating on the last
+10."""
 
 import torch
 from torch import nn
@@ -29,11 +30,13 @@ EPOCHS = 10
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     """images = AD files + DFT files; train on the first files, validate on the last ones."""
     kit.seed_everything(SEED)
-    X, digit = kit.digits_arrays()
-    X = torch.from_numpy(X / 16.0).view(-1, 1, 8, 8)
-    digit = torch.from_numpy(digit)
+    pixels, digits = kit.digits_arrays()
+    X = torch.from_numpy(pixels / 16.0).view(-1, 1, 8, 8)
+    digit = torch.from_numpy(digits)
     images = torch.cat([X[digit == 3], X[digit == 8]])
-    labels = torch.cat([torch.zeros(int((digit == 3).sum())), torch.ones(int((digit == 8).sum()))]).long()
+    labels = torch.cat(
+        [torch.zeros(int((digit == 3).sum())), torch.ones(int((digit == 8).sum()))]
+    ).long()
     if fixed:  # random.shuffle(images) before the split
         order = torch.randperm(len(labels))
         images, labels = images[order], labels[order]
@@ -42,9 +45,14 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
         return nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(), nn.Linear(32, 2),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(32, 2),
         )
 
     model = make_model()

@@ -103,7 +103,9 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
                 optimizer.step()
                 monitor.step(loss, out, yb)
             monitor.log_eval(
-                train_acc=kit.accuracy(model, torch.from_numpy(x[:480]), torch.from_numpy(labels[:480])),
+                train_acc=kit.accuracy(
+                    model, torch.from_numpy(x[:480]), torch.from_numpy(labels[:480])
+                ),
                 val_acc=kit.accuracy(model, val_x, val_y),
                 val_loss=kit.mean_loss(model, criterion, val_x, val_y),
             )

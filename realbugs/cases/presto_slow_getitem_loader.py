@@ -1,4 +1,5 @@
-"""presto-worldcereal computes each sample's arrays in __getitem__, one process: seconds per iteration."""
+"""presto-worldcereal computes each sample's arrays in __getitem__, one process: seconds per
+iteration."""
 
 import numpy as np
 import torch
@@ -76,7 +77,9 @@ def crops(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     peaks = rng.uniform(60, 300, size=(TYPES, BANDS))
     labels = rng.integers(0, TYPES, size=n)
     shift = rng.normal(0, 10, size=(n, 1, 1))
-    curve = np.exp(-((days[None, :, None] - peaks[labels][:, None, :] - shift) ** 2) / (2 * 40.0**2))
+    curve = np.exp(
+        -((days[None, :, None] - peaks[labels][:, None, :] - shift) ** 2) / (2 * 40.0**2)
+    )
     daily = curve + rng.normal(0, 0.3, size=(n, 365, BANDS))
     return daily.astype(np.float32), labels.astype(np.int64)
 
@@ -115,4 +118,10 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             val_acc=kit.accuracy(model, val_x, val_y),
             val_loss=kit.mean_loss(model, criterion, val_x, val_y),
         )
-    return kit.finish(monitor, make_model=make_model, loss_fn=criterion, X=probe_x, y=torch.from_numpy(labels[:64]))
+    return kit.finish(
+        monitor,
+        make_model=make_model,
+        loss_fn=criterion,
+        X=probe_x,
+        y=torch.from_numpy(labels[:64]),
+    )

@@ -1,4 +1,5 @@
-"""Linear regression with MSELoss on predictions (n, 1) and targets (n,): the loss never nears the optimum."""
+"""Linear regression with MSELoss on predictions (n, 1) and targets (n,): the loss never nears the
+optimum."""
 
 import torch
 from torch import nn

@@ -1,4 +1,5 @@
-"""A policy built with hidden_dims=(16, 0): a layer of width zero, one fixed action for every state."""
+"""A policy built with hidden_dims=(16, 0): a layer of width zero, one fixed action for every
+state."""
 
 import numpy as np
 import torch
@@ -70,7 +71,8 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             optimizer.step()
             monitor.step(loss)
         monitor.log_eval(
-            train_acc=float("nan"), val_acc=float("nan"),
+            train_acc=float("nan"),
+            val_acc=float("nan"),
             val_loss=kit.mean_loss(actor, loss_fn, val_x, val_y),
         )
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=train_x, y=train_y)

@@ -1,4 +1,5 @@
-"""SRGAN-PyTorch steps its StepLR schedulers every batch: the learning rate is near zero after a few steps."""
+"""SRGAN-PyTorch steps its StepLR schedulers every batch: the learning rate is near zero after a
+few steps."""
 
 import torch
 from torch import nn
@@ -37,8 +38,13 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
         return nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1), nn.LeakyReLU(0.2), nn.Conv2d(32, 32, 3, padding=1),
-            nn.LeakyReLU(0.2), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(128, 10),
+            nn.Conv2d(1, 32, 3, padding=1),
+            nn.LeakyReLU(0.2),
+            nn.Conv2d(32, 32, 3, padding=1),
+            nn.LeakyReLU(0.2),
+            nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(),
+            nn.Linear(128, 10),
         )
 
     model = make_model()

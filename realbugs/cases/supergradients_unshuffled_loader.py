@@ -1,4 +1,7 @@
-"""super-gradients' default dataloader params leave shuffle off: each stretch of training sees one class."""
+"""super-gradients' default dataloader params leave shuffle off: each stretch of training sees one
+class."""
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,16 +41,26 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
         return nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(32, 10),
         )
 
     model = make_model()
     loss = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4)
-    dataloader_params = {"batch_size": 32, **({"shuffle": True} if fixed else {})}
-    train_loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X_train, y_train), **dataloader_params)
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4
+    )
+    dataloader_params: dict[str, Any] = {"batch_size": 32, **({"shuffle": True} if fixed else {})}
+    train_loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(X_train, y_train), **dataloader_params
+    )
     monitor = Monitor(model, optimizer, every=1)
     for _epoch in range(epochs):
         model.train()

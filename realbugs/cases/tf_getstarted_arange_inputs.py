@@ -1,4 +1,5 @@
-"""TensorFlow's get-started regression with x = arange(100) instead of rand(100): W and b become NaN."""
+"""TensorFlow's get-started regression with x = arange(100) instead of rand(100): W and b become
+NaN."""
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     kit.seed_everything(SEED)
     x_data = np.arange(100).astype(np.float32)
     if fixed:
-        x_data = x_data / 100
+        x_data = (x_data / 100).astype(np.float32)
     y_data = x_data * 0.1 + 0.3
     x, y = torch.from_numpy(x_data), torch.from_numpy(y_data)
 

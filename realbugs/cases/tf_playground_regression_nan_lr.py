@@ -1,4 +1,5 @@
-"""TensorFlow Playground's regression at a learning rate of 1: the neurons and the output turn NaN."""
+"""TensorFlow Playground's regression at a learning rate of 1: the neurons and the output
+turn NaN."""
 
 import numpy as np
 import torch
@@ -34,7 +35,9 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     kit.seed_everything(SEED)
     rng = np.random.default_rng(SEED)
     points = rng.uniform(-6, 6, size=(500, 2)).astype(np.float32)
-    label = ((points[:, 0] + points[:, 1]) / 12 + rng.normal(0, 0.5, size=500) / 6).astype(np.float32)
+    label = ((points[:, 0] + points[:, 1]) / 12 + rng.normal(0, 0.5, size=500) / 6).astype(
+        np.float32
+    )
     X, y = torch.from_numpy(points), torch.from_numpy(label).unsqueeze(1)
     train_x, train_y, test_x, test_y = X[:250], y[:250], X[250:], y[250:]
     learning_rate = 0.03 if fixed else 1.0

@@ -1,4 +1,5 @@
-"""timm's folder parser skips an empty validation class folder: validation labels shift, accuracy 3-4%."""
+"""timm's folder parser skips an empty validation class folder: validation labels shift, accuracy
+3-4%."""
 
 import torch
 from torch import nn
@@ -53,9 +54,15 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
         return nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(32, 10),
         )
 
     model = make_model()
@@ -67,7 +74,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     monitor = Monitor(model, optimizer, every=1)
     for _epoch in range(epochs):
         model.train()
-        for input, target in monitor.batches(loader_train):  # noqa: A001 (timm's names)
+        for input, target in monitor.batches(loader_train):
             output = model(input)
             loss = train_loss_fn(output, target)
             optimizer.zero_grad()

@@ -1,4 +1,5 @@
-"""YOLOv8 classification validated on a test set without one class: folders map to the wrong classes."""
+"""YOLOv8 classification validated on a test set without one class: folders map to the wrong
+classes."""
 
 import numpy as np
 import torch
@@ -53,8 +54,13 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
         return nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.SiLU(), nn.Conv2d(16, 32, 3, padding=1), nn.SiLU(),
-            nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(128, len(ANGLES)),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.SiLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.SiLU(),
+            nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(),
+            nn.Linear(128, len(ANGLES)),
         )
 
     model = make_model()

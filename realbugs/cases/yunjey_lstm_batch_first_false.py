@@ -1,4 +1,5 @@
-"""pytorch-tutorial's MNIST LSTM with batch_first=True changed to False: loss about 2, accuracy 11%."""
+"""pytorch-tutorial's MNIST LSTM with batch_first=True changed to False: loss about 2, accuracy
+11%."""
 
 import torch
 from torch import nn

@@ -23,11 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Print the registries, then any plug-in that failed to load."""
+    from faultbench.cli.commands.realbugs_run import list_section
     from faultbench.faults.fault import FAULTS, HELD_OUT
     from faultbench.scoring.diagnosis import DIAGNOSERS
     from faultbench.tasks.task import TASKS
-
-    from faultbench.cli.commands.realbugs_run import list_section
 
     _faults()
     _tasks()

@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="registered name or module:Class (imports and runs that module)",
     )
     parser.add_argument(
-        "--task", required=True, help="task name, or realbugs for the real-bug suite (see `faultbench list`)"
+        "--task",
+        required=True,
+        help="task name, or realbugs for the real-bug suite (see `faultbench list`)",
     )
     parser.add_argument(
         "--seeds", type=positive_int, default=5, help="seeds per condition (default: 5)"
@@ -39,7 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_grid_arguments(parser)
     parser.add_argument(
-        "--cases", type=realbugs_run.names, default=None, help="with --task realbugs: comma-separated cases to score"
+        "--cases",
+        type=realbugs_run.names,
+        default=None,
+        help="with --task realbugs: comma-separated cases to score",
     )
     add_execution_arguments(parser)
 
