@@ -17,6 +17,8 @@ import torch
 from torch import nn
 
 from faultbench.realbugs.case import CaseRun
+from faultbench.scoring.run import Probe
+from faultbench.training.monitor import Monitor
 
 __all__ = [
     "CaseRun",
@@ -30,8 +32,6 @@ __all__ = [
     "seed_everything",
     "split",
 ]
-from faultbench.scoring.run import Probe
-from faultbench.training.monitor import Monitor
 
 VAL_FRACTION = 0.2  # the share of a bundled dataset held out for validation
 PROBE_EXAMPLES = 256  # training examples handed to the probe (a memorization check needs 16)
