@@ -13,8 +13,8 @@ from faultbench.realbugs.suite import (
     FORMS,
     SUITE,
     Dropped,
+    all_cases,
     case_names,
-    cases,
     counts_by_label,
     get_case,
 )
@@ -27,8 +27,8 @@ __all__ = [
     "CaseRun",
     "Dropped",
     "Symptom",
+    "all_cases",
     "case_names",
-    "cases",
     "counts_by_label",
     "get_case",
 ]

@@ -19,7 +19,7 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from importlib import import_module
 from pathlib import Path
@@ -162,29 +162,40 @@ def ensure(cases: Iterable[Case], store: CaseStore) -> Iterator[CaseRecord]:
             yield CaseRecord(case, form, record, trained)
 
 
-def run_of(record: RunRecord) -> Run:
+def run_of(record: RunRecord, *, probe: bool = True) -> Run:
     """The run a diagnoser is handed: the stored trace and config, and the script's probe.
 
     The probe is rebuilt by running the script with no epochs: its model factory,
-    loss and training examples, exactly as the trained run had them.
+    loss and training examples, exactly as the trained run had them. ``probe=False``
+    leaves it out (for the checks that read the trace only).
     """
     assert record.trace is not None and record.config is not None
     case, form = case_and_form(record.spec)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
-        probe = case.run(fixed=form == "fixed", epochs=0).probe
-    finally:
-        torch.set_num_threads(threads)
-    return Run(SUITE, record.spec.seed, record.trace, record.config, probe)
+    built = None
+    if probe:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(THREADS)
+        try:
+            built = case.run(fixed=form == "fixed", epochs=0).probe
+        finally:
+            torch.set_num_threads(threads)
+    return Run(SUITE, record.spec.seed, record.trace, record.config, built)
 
 
 @dataclass(frozen=True)
 class CaseRuns:
-    """Builds a suite run from its record; picklable, for the diagnosis worker process."""
+    """Builds a suite run from its record, for the diagnosis worker process (picklable).
+
+    ``view`` (a module-level function, so it pickles) turns the run into the one the
+    diagnoser is handed; the scorer passes its own, so a run reads the same in the
+    worker as in-process.
+    """
+
+    view: Callable[[Run], Run] | None = None
 
     def __call__(self, record: RunRecord) -> Run:
-        return run_of(record)
+        run = run_of(record)
+        return self.view(run) if self.view is not None else run
 
 
 def _check_path(store: Store, record: RunRecord, code: str) -> Path:

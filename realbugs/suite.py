@@ -100,9 +100,9 @@ DROPPED: tuple[Dropped, ...] = (
 
 
 @cache
-def cases() -> tuple[Case, ...]:
+def all_cases() -> tuple[Case, ...]:
     """Every shipped case, by name."""
-    package = importlib.import_module("faultbench.realbugs.cases")  # `cases` is this function
+    package = importlib.import_module("faultbench.realbugs.cases")  # the package of case modules
     valid = labels()
     found = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
@@ -114,7 +114,7 @@ def cases() -> tuple[Case, ...]:
 
 def case_names() -> list[str]:
     """The names of every shipped case."""
-    return [case.name for case in cases()]
+    return [case.name for case in all_cases()]
 
 
 def get_case(name: str) -> Case:
@@ -123,7 +123,7 @@ def get_case(name: str) -> Case:
     Raises:
         FaultbenchError: no such case (with the nearest name).
     """
-    for case in cases():
+    for case in all_cases():
         if case.name == name:
             return case
     raise unknown_name("real-bug case", name, case_names())
@@ -131,5 +131,5 @@ def get_case(name: str) -> Case:
 
 def counts_by_label() -> dict[str, int]:
     """Shipped cases per label, in the labels' order."""
-    counted = Counter(case.label for case in cases())
+    counted = Counter(case.label for case in all_cases())
     return {label: counted[label] for label in labels() if counted[label]}

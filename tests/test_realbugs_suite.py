@@ -10,7 +10,7 @@ import torch
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import FAULTS, HEALTHY, OTHER_FAULT, labels
-from faultbench.realbugs import DROPPED, SUITE, case_names, cases, counts_by_label, get_case
+from faultbench.realbugs import DROPPED, SUITE, all_cases, case_names, counts_by_label, get_case
 from faultbench.realbugs.case import SOURCE_HOSTS
 
 
@@ -21,7 +21,7 @@ def test_at_least_thirty_cases_in_name_order() -> None:
 
 
 def test_every_known_fault_twice_and_eight_outside_the_nine() -> None:
-    counted = Counter(case.label for case in cases())
+    counted = Counter(case.label for case in all_cases())
     known = FAULTS.names()  # the nine known faults
     assert set(known) <= set(counted)
     assert min(counted[label] for label in known) >= 2, counted
@@ -30,29 +30,29 @@ def test_every_known_fault_twice_and_eight_outside_the_nine() -> None:
 
 
 def test_five_kinds_of_model_and_several_optimizers() -> None:
-    kinds = {case.model for case in cases()}
+    kinds = {case.model for case in all_cases()}
     assert {"mlp", "cnn", "recurrent", "embedding", "transformer"} <= kinds
-    optimizers = {case.optimizer for case in cases()}
+    optimizers = {case.optimizer for case in all_cases()}
     assert len(optimizers) >= 3
     assert all(hasattr(torch.optim, name) for name in optimizers)
 
 
 def test_each_case_has_its_own_public_source() -> None:
-    sources = [case.source for case in cases()]
+    sources = [case.source for case in all_cases()]
     assert len(set(sources)) == len(sources), "two cases re-enact one report"
     assert all(source.startswith(SOURCE_HOSTS) for source in sources)
 
 
 def test_counts_by_label_follow_the_labels_order_and_add_up() -> None:
     counts = counts_by_label()
-    assert sum(counts.values()) == len(cases())
+    assert sum(counts.values()) == len(all_cases())
     order = labels()
     assert list(counts) == [label for label in order if label in counts]
 
 
 def test_dropped_cases_name_their_source_and_reason_and_are_not_shipped() -> None:
     assert DROPPED, "the note lists the dropped cases"
-    shipped = {case.source for case in cases()} | set(case_names())
+    shipped = {case.source for case in all_cases()} | set(case_names())
     for dropped in DROPPED:
         assert dropped.source.startswith("https://") and dropped.why.strip()
         assert dropped.source not in shipped and dropped.name not in shipped

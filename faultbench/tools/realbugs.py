@@ -30,7 +30,7 @@ import pandas as pd
 from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import HEALTHY, OTHER_FAULT, labels
-from faultbench.realbugs import FORMS, SUITE, Case, cases, get_case
+from faultbench.realbugs import FORMS, SUITE, Case, all_cases, get_case
 from faultbench.realbugs.storage import CaseRuns, CaseStore, ensure, load_check, run_of, save_check
 from faultbench.scoring import scores
 from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
@@ -46,12 +46,26 @@ from faultbench.scoring.run import Run
 from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunRecord
 from faultbench.storage.runner import progress_bar
+from faultbench.storage.store import Store
 from faultbench.tools import doctor
 
 NOT_HEALTHY = "not healthy"
 UNDECIDED = doctor.UNDECIDED
 FAILED = "failed"  # the diagnosis failed, so the doctor has no headline
 HEADLINES = (HEALTHY, NOT_HEALTHY, UNDECIDED, FAILED)
+
+
+# ---------------------------------------------------------------------------------------
+# SAMPLING: the ONE place where a stored case run becomes the run a diagnoser reads.
+# The cases record every step (Monitor(every=1)), as the grid's loop does, and each
+# diagnoser is handed the whole trace, as on the grid. To score the suite on traces as
+# the default Monitor (every=20) would have recorded them, read the stored every-step
+# trace that way here, and nowhere else: in-process and worker diagnoses, and the
+# doctor's headline, all go through this function.
+# ---------------------------------------------------------------------------------------
+def handed_over(run: Run) -> Run:
+    """The run a diagnoser (and the doctor) reads: the stored every-step run, unchanged."""
+    return run
 
 
 def check_not_tuned_on_suite(diagnoser: Diagnoser) -> None:
@@ -149,26 +163,18 @@ class RealBugsReport:
         return pd.DataFrame(rows, columns=list(scores.COLUMNS))
 
     def answers_frame(self) -> pd.DataFrame:
-        """One row per answer: case, label, form, answer, status, the doctor's headline."""
-        return pd.DataFrame(
-            [
-                {
-                    "diagnoser": self.diagnoser,
-                    "case": r.case,
-                    "label": r.label,
-                    "model": r.model,
-                    "form": r.form,
-                    "truth": r.truth,
-                    "predicted": r.predicted,
-                    "status": r.status,
-                    "correct": r.correct,
-                    "headline": r.headline,
-                    "headline_verdict": r.headline_class,
-                    "headline_correct": r.headline_correct,
-                }
-                for r in self.results
-            ]
-        )
+        """:meth:`scored_frame` with, per answer, the case's label, kind of model and form,
+        whether it was right, and the doctor's headline (what the reports read)."""
+        frame = self.scored_frame()
+        frame["case"] = [r.case for r in self.results]
+        frame["label"] = [r.label for r in self.results]
+        frame["model"] = [r.model for r in self.results]
+        frame["form"] = [r.form for r in self.results]
+        frame["correct"] = [r.correct for r in self.results]
+        frame["headline"] = [r.headline for r in self.results]
+        frame["headline_verdict"] = [r.headline_class for r in self.results]
+        frame["headline_correct"] = [r.headline_correct for r in self.results]
+        return frame
 
     @property
     def scores(self) -> dict[str, Any]:
@@ -229,14 +235,14 @@ def select(names: Sequence[str] | None) -> tuple[Case, ...]:
     Raises:
         FaultbenchError: an unknown case name.
     """
-    return cases() if not names else tuple(get_case(name) for name in dict.fromkeys(names))
+    return all_cases() if not names else tuple(get_case(name) for name in dict.fromkeys(names))
 
 
 def evaluate_realbugs(
     diagnoser: str | Diagnoser,
     *,
     case_names: Sequence[str] | None = None,
-    store: CaseStore | str | None = None,
+    store: Store | str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     isolate: bool | None = None,
     progress: bool | None = None,
@@ -249,7 +255,8 @@ def evaluate_realbugs(
     Args:
         diagnoser: A registered name, ``module:Class``, or a diagnoser object.
         case_names: Only these cases (default: all).
-        store: Where records live; the default store when omitted.
+        store: Where records live (a grid store's folder serves); the default store
+            when omitted.
         timeout: Seconds one diagnosis may take (positive).
         isolate: Diagnose in a worker process; None decides as the grid does
             (:func:`faultbench.scoring.worker.wants_worker`).
@@ -266,7 +273,7 @@ def evaluate_realbugs(
     diag = get_diagnoser(diagnoser)
     check_not_tuned_on_suite(diag)
     chosen = select(case_names)
-    the_store = store if isinstance(store, CaseStore) else CaseStore(store)
+    the_store = as_case_store(store)
     the_store.check()
     with progress_bar(2 * len(chosen), "training realbugs", unit="run", show=progress) as bar:
         stored = []
@@ -300,6 +307,35 @@ def evaluate_realbugs(
     )
 
 
+def as_case_store(store: Store | str | None) -> CaseStore:
+    """``store`` as a :class:`CaseStore` on the same folder (the same object if it is one)."""
+    if isinstance(store, CaseStore):
+        return store
+    return CaseStore(store.root if isinstance(store, Store) else store)
+
+
+def evaluate_suite(
+    diagnosers: Sequence[str],
+    *,
+    store: Store | str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool | None = None,
+    progress: bool | None = None,
+) -> list[RealBugsReport]:
+    """:func:`evaluate_realbugs` for each of ``diagnosers`` on every case, one store shared.
+
+    What ``faultbench report`` scores for the leaderboard's real-bug columns and
+    ``validity.md``; a warm store trains and diagnoses nothing.
+    """
+    the_store = as_case_store(store)
+    return [
+        evaluate_realbugs(
+            name, store=the_store, timeout=timeout, isolate=isolate, progress=progress
+        )
+        for name in diagnosers
+    ]
+
+
 def _stored_answers(
     asked: str | Diagnoser, diag: Diagnoser, store: CaseStore
 ) -> DiagnosisCache | None:
@@ -318,7 +354,7 @@ class _Diagnose:
         if self.worker is not None:
             return self.worker.diagnose(record)
         try:
-            run = run_of(record)
+            run = handed_over(run_of(record))
         except Exception as exc:  # a broken rebuild must not stop the other cases
             return Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
         return diagnose_safely(self.diag, run, timeout=self.timeout)
@@ -329,7 +365,7 @@ def _diagnose_with(diag: Diagnoser, timeout: float, in_worker: bool) -> Iterator
     if not in_worker:
         yield _Diagnose(diag, timeout, None)
         return
-    with DiagnosisWorker(diag, None, timeout=timeout, runs=CaseRuns()) as worker:
+    with DiagnosisWorker(diag, None, timeout=timeout, runs=CaseRuns(handed_over)) as worker:
         worker.start()
         yield _Diagnose(diag, timeout, worker)
 
@@ -373,7 +409,7 @@ def _doctor_code() -> str:
 
 def _headline(outcome: Outcome, record: RunRecord, store: CaseStore) -> str:
     """The doctor's headline on this run, given the diagnoser's answer and evidence."""
-    run = run_of(record)
+    run = handed_over(run_of(record, probe=False))  # the probe is rebuilt only if needed
     label = outcome.label if outcome.label in labels() else UNKNOWN
     diagnosis = Diagnosis(label, evidence=outcome.evidence)
     checks = (
@@ -388,7 +424,11 @@ def _headline(outcome: Outcome, record: RunRecord, store: CaseStore) -> str:
 
 def _memorization(run: Run, outcome: Outcome, record: RunRecord, store: CaseStore) -> doctor.Check:
     """The doctor's memorization check: the diagnoser's own if it reports one, else the
-    doctor's probe (trained once per run and stored beside it)."""
+    doctor's probe (trained once per run and stored beside it).
+
+    As :func:`faultbench.tools.doctor.doctor` makes it, but for a probe whose output is
+    not class scores (a regression), which the doctor cannot run: that check is "not
+    measured" here instead of an exception."""
     reported = outcome.evidence.get("memorization") if isinstance(outcome.evidence, dict) else None
     if isinstance(reported, dict) and isinstance(reported.get("memorized"), bool):
         return doctor.memorize_check(run, outcome.evidence)
@@ -397,7 +437,7 @@ def _memorization(run: Run, outcome: Outcome, record: RunRecord, store: CaseStor
     if stored is not None:
         return doctor.Check(**stored)
     try:
-        check = doctor.memorize_check(run)
+        check = doctor.memorize_check(handed_over(run_of(record)))  # with its probe, this once
     except Exception as exc:  # a probe whose output is not class scores (a regression)
         name, threshold = "memorizes a small batch", "100% of 16 in 300 steps"
         check = doctor.Check(
@@ -473,9 +513,12 @@ __all__ = [
     "FORMS",
     "CaseResult",
     "RealBugsReport",
+    "as_case_store",
     "check_not_tuned_on_suite",
     "doctor_scores",
     "evaluate_realbugs",
+    "evaluate_suite",
+    "handed_over",
     "render",
     "select",
 ]

@@ -68,9 +68,9 @@ def main(args: argparse.Namespace) -> int:
 
 def list_section() -> None:
     """The suite's lines of ``faultbench list``: its cases per label, and what was dropped."""
-    from faultbench.realbugs import DROPPED, cases, counts_by_label
+    from faultbench.realbugs import DROPPED, all_cases, counts_by_label
 
-    shipped = cases()
+    shipped = all_cases()
     print(f"real-bug suite ({SUITE}: faultbench run --task {SUITE}; a test set, never tuned on):")
     print(f"  {len(shipped)} cases re-enacted from public reports, each faulty and fixed")
     for label, count in counts_by_label().items():
