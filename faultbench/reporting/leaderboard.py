@@ -107,11 +107,17 @@ def write(
     tuned_on: dict[str, Sequence[str]],
     out: Path,
     subsets: Mapping[str, str] | None = None,
+    extra: pd.DataFrame | None = None,
 ) -> list[Path]:
-    """Write ``leaderboard.md``, ``leaderboard.csv`` and the recall-by-level figure to ``out``."""
+    """Write ``leaderboard.md``, ``leaderboard.csv`` and the recall-by-level figure to ``out``.
+
+    ``extra``: more columns, one row per diagnoser (the real-bug suite's, see realbugs.md).
+    """
     from faultbench.reporting.report import markdown_table
 
     table = pd.DataFrame(rows(frame, tuned_on, subsets))
+    if extra is not None:
+        table = table.merge(extra, on="diagnoser", how="left").fillna("n/a")
     tasks = per_task(frame)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leaderboard.csv", index=False, lineterminator="\n")
