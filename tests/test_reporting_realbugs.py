@@ -73,17 +73,17 @@ def hits(share: scores.Share) -> tuple[int, int]:
 def test_shares_count_each_form_as_the_grid_does() -> None:
     found = shares(answers())
     good, noisy = found["good"], found["noisy"]
-    assert hits(good["real bugs: identification"]) == (1, 2)
-    assert hits(noisy["real bugs: identification"]) == (1, 2)  # the timeout is a miss
-    assert hits(good["real bugs: out-of-list not healthy"]) == (1, 1)
-    assert hits(good["real bugs: out-of-list other_fault"]) == (1, 1)
-    assert hits(noisy["real bugs: out-of-list other_fault"]) == (0, 1)
-    assert hits(good["real bugs: false alarms"]) == (0, 3)
-    assert hits(noisy["real bugs: false alarms"]) == (2, 3)  # a failed answer alarms nobody
+    assert hits(good["real-bug identification"]) == (1, 2)
+    assert hits(noisy["real-bug identification"]) == (1, 2)  # the timeout is a miss
+    assert hits(good["real-bug out-of-list not healthy"]) == (1, 1)
+    assert hits(good["real-bug out-of-list other_fault"]) == (1, 1)
+    assert hits(noisy["real-bug out-of-list other_fault"]) == (0, 1)
+    assert hits(good["real-bug false alarms"]) == (0, 3)
+    assert hits(noisy["real-bug false alarms"]) == (2, 3)  # a failed answer alarms nobody
     # doctor: good is right on 5 of 6 (the LR twin's headline says not healthy); noisy on
     # its answered faulty forms only (LR, XOR): a timeout has no headline, "undecided" no verdict
-    assert hits(good["real bugs: doctor right"]) == (5, 6)
-    assert hits(noisy["real bugs: doctor right"]) == (2, 6)
+    assert hits(good["real-bug doctor right"]) == (5, 6)
+    assert hits(noisy["real-bug doctor right"]) == (2, 6)
 
 
 def test_columns_are_cells_with_wilson_intervals() -> None:
@@ -91,7 +91,7 @@ def test_columns_are_cells_with_wilson_intervals() -> None:
     assert list(table.columns) == ["diagnoser", *COLUMNS]
     row = table.set_index("diagnoser").loc["good"]
     one_of_two = scores.wilson(1, 2)
-    assert row["real bugs: identification"] == (
+    assert row["real-bug identification"] == (
         f"0.500 [{one_of_two.low:.2f}, {one_of_two.high:.2f}]"
     )
 
@@ -140,7 +140,7 @@ def test_leaderboard_takes_the_columns_beside_its_own(tmp_path: Path) -> None:
     leaderboard.write(board, {}, tmp_path, extra=extra)
     table = pd.read_csv(tmp_path / "leaderboard.csv", dtype=str, keep_default_na=False)
     assert list(table.columns)[-len(COLUMNS) :] == list(COLUMNS)
-    assert table.set_index("diagnoser").loc["noisy", "real bugs: identification"] == "n/a"
+    assert table.set_index("diagnoser").loc["noisy", "real-bug identification"] == "n/a"
 
 
 @pytest.mark.parametrize("name", ["good", "noisy"])
@@ -148,6 +148,6 @@ def test_identification_matches_scores_on_the_same_frame(name: str) -> None:
     frame = answers()
     part = frame[frame["diagnoser"] == name]
     assert (
-        shares(frame)[name]["real bugs: identification"]
+        shares(frame)[name]["real-bug identification"]
         == (scores.identification(part)["accuracy"])
     )

@@ -29,11 +29,11 @@ from faultbench.scoring.scores import Share
 
 #: The leaderboard's real-bug columns, in order, with what each counts.
 COLUMNS = {
-    "real bugs: identification": "known-label cases' faulty forms named correctly",
-    "real bugs: out-of-list not healthy": "other_fault cases' faulty forms not called healthy",
-    "real bugs: out-of-list other_fault": "other_fault cases' faulty forms called other_fault",
-    "real bugs: false alarms": "fixed twins called anything but healthy",
-    "real bugs: doctor right": "the doctor's headline: not healthy on faulty, healthy on fixed",
+    "real-bug identification": "known-label cases' faulty forms named correctly",
+    "real-bug out-of-list not healthy": "other_fault cases' faulty forms not called healthy",
+    "real-bug out-of-list other_fault": "other_fault cases' faulty forms called other_fault",
+    "real-bug false alarms": "fixed twins called anything but healthy",
+    "real-bug doctor right": "the doctor's headline: not healthy on faulty, healthy on fixed",
 }
 #: The columns of ``realbugs_answers.csv`` (no seconds: the file is machine-independent).
 ANSWER_COLUMNS = (
@@ -95,7 +95,7 @@ def score_table(answers: pd.DataFrame) -> pd.DataFrame:
     for name, found in shares(answers).items():
         row: dict[str, object] = {"diagnoser": name}
         for column, share in found.items():
-            key = column.removeprefix("real bugs: ").replace(" ", "_").replace("-", "_")
+            key = column.removeprefix("real-bug ").replace(" ", "_").replace("-", "_")
             row[f"{key}_hits"], row[f"{key}_n"] = share.hits, share.n
             for part in ("value", "low", "high"):
                 number = getattr(share, part)
@@ -165,7 +165,7 @@ def markdown(answers: pd.DataFrame) -> str:
             f"(`faultbench run --task {SUITE}`; the cases are `realbugs/cases/`). Labels: "
             f"{labels}. The suite is a test set: no shipped diagnoser was tuned on it. "
             "Cells are shares with their 95% Wilson interval: "
-            + "; ".join(f"*{c.removeprefix('real bugs: ')}*: {what}" for c, what in COLUMNS.items())
+            + "; ".join(f"*{c.removeprefix('real-bug ')}*: {what}" for c, what in COLUMNS.items())
             + ". Every answer: `realbugs_answers.csv`; the grid against the suite: "
             "`validity.md`.",
             "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
 from faultbench.core.errors import FaultbenchError
 
@@ -75,4 +76,7 @@ def list_section() -> None:
     print(f"  {len(shipped)} cases re-enacted from public reports, each faulty and fixed")
     for label, count in counts_by_label().items():
         print(f"  {label:<22} {count} cases")
+    for what, attr in (("models", "model"), ("optimizers", "optimizer")):
+        counted = Counter(getattr(case, attr) for case in shipped)
+        print(f"  {what}: " + ", ".join(f"{k} {n}" for k, n in sorted(counted.items())))
     print(f"  {len(DROPPED)} dropped (symptom did not reproduce, or source not eligible)")
