@@ -148,6 +148,5 @@ def test_identification_matches_scores_on_the_same_frame(name: str) -> None:
     frame = answers()
     part = frame[frame["diagnoser"] == name]
     assert (
-        shares(frame)[name]["real-bug identification"]
-        == (scores.identification(part)["accuracy"])
+        shares(frame)[name]["real-bug identification"] == (scores.identification(part)["accuracy"])
     )
