@@ -23,7 +23,7 @@ import hashlib
 import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -48,6 +48,9 @@ from faultbench.storage.records import RunRecord
 from faultbench.storage.runner import progress_bar
 from faultbench.storage.store import Store
 from faultbench.tools import doctor
+
+if TYPE_CHECKING:
+    from faultbench.training.engine import Engine
 
 NOT_HEALTHY = "not healthy"
 UNDECIDED = doctor.UNDECIDED
@@ -246,6 +249,7 @@ def evaluate_realbugs(
     timeout: float = DEFAULT_TIMEOUT,
     isolate: bool | None = None,
     progress: bool | None = None,
+    engine: Engine | None = None,
 ) -> RealBugsReport:
     """Score ``diagnoser`` on the real-bug suite (or the cases named).
 
@@ -261,6 +265,8 @@ def evaluate_realbugs(
         isolate: Diagnose in a worker process; None decides as the grid does
             (:func:`faultbench.scoring.worker.wants_worker`).
         progress: Progress lines on stderr; False hides them.
+        engine: Where a diagnoser's ``prepare`` trains the grid runs it learns from
+            (``learned``), if the store lacks them.
 
     Returns:
         The report.
@@ -288,7 +294,7 @@ def evaluate_realbugs(
     in_worker, note = wants_worker(diag, isolate)
     prepare = getattr(diag, "prepare", None)
     if callable(prepare) and not answered:
-        prepare(store=the_store, engine=None)
+        prepare(store=the_store, engine=engine)
     results = []
     with _diagnose_with(diag, timeout, in_worker and not answered) as diagnose:
         desc = f"diagnosing {SUITE} ({diag.name})"
@@ -321,6 +327,7 @@ def evaluate_suite(
     timeout: float = DEFAULT_TIMEOUT,
     isolate: bool | None = None,
     progress: bool | None = None,
+    engine: Engine | None = None,
 ) -> list[RealBugsReport]:
     """:func:`evaluate_realbugs` for each of ``diagnosers`` on every case, one store shared.
 
@@ -330,7 +337,12 @@ def evaluate_suite(
     the_store = as_case_store(store)
     return [
         evaluate_realbugs(
-            name, store=the_store, timeout=timeout, isolate=isolate, progress=progress
+            name,
+            store=the_store,
+            timeout=timeout,
+            isolate=isolate,
+            progress=progress,
+            engine=engine,
         )
         for name in diagnosers
     ]

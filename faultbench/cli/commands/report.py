@@ -263,8 +263,8 @@ def generate(
         old.unlink()  # a diagnoser or task dropped since the last report leaves no stale figure
     board = pd.concat([r.scored_frame() for r in [*reports, *full]], ignore_index=True)
     # The real-bug suite is scored beside the full grid (its columns and validity.md need it).
-    suite = (
-        evaluate_suite(diagnosers, store=store, timeout=timeout, isolate=isolate) if full else []
+    suite = evaluate_suite(
+        diagnosers if full else [], store=store, timeout=timeout, isolate=isolate, engine=engine
     )
     answers = pd.concat([r.answers_frame() for r in suite], ignore_index=True) if suite else None
     trained += sum(r.trained for r in suite)
