@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from faultbench.realbugs import DROPPED, SUITE, all_cases
+from faultbench.realbugs import DROPPED, SUITE, all_cases, counts_by_label
 from faultbench.scoring import scores
 from faultbench.scoring.scores import Share
 
@@ -152,8 +152,7 @@ def markdown(answers: pd.DataFrame) -> str:
     from faultbench.reporting.report import markdown_table
 
     cases = case_table()
-    per_label = cases.groupby("label", sort=False).size()
-    labels = ", ".join(f"{label} {n}" for label, n in per_label.items())
+    labels = ", ".join(f"{label} {n}" for label, n in counts_by_label().items())
     table = columns(answers)
     dropped = pd.DataFrame([{"case": d.name, "source": d.source, "why": d.why} for d in DROPPED])
     return "\n".join(

@@ -48,7 +48,7 @@ MEASURES = (
     ("identification", "identification", "identification on known-label cases"),
     ("false_alarms", "false_alarms", "false alarms on fixed twins"),
 )
-TOP = 10  # disagreements shown in validity.md
+TOP = 8  # disagreements shown in validity.md, per form
 
 
 def is_baseline(name: str) -> bool:
@@ -354,7 +354,8 @@ def markdown(
     shown = shown[
         ["statistic", "diagnosers", "cases", "value", "95% interval", "reps", "undefined"]
     ]
-    top = _fmt(gaps.head(TOP))
+    faulty = _fmt(gaps[gaps["form"] == "faulty"].head(TOP))
+    fixed = _fmt(gaps[gaps["form"] == "fixed"].head(TOP))
     return "\n".join(
         [
             "# Does the grid predict real bugs?",
@@ -378,7 +379,8 @@ def markdown(
             "",
             "![grid against real bugs, one point per diagnoser](validity.png)",
             "",
-            f"## Where grid and suite disagree most (top {TOP}; all: `validity_cases.csv`)",
+            f"## Where grid and suite disagree most (top {TOP} per form; all: "
+            "`validity_cases.csv`)",
             "",
             "Per case and form, averaged over the diagnosers: what the grid promises (a "
             "diagnoser's full-grid recall of the case's label; its detection of held-out "
@@ -386,7 +388,13 @@ def markdown(
             "against the share of diagnosers that were right on it. A positive gap: the "
             "grid promised more than the real bug gave.",
             "",
-            markdown_table(top),
+            "Faulty forms:",
+            "",
+            markdown_table(faulty),
+            "",
+            "Fixed twins:",
+            "",
+            markdown_table(fixed),
             "",
         ]
     )
@@ -406,8 +414,16 @@ def figure(points: pd.DataFrame, statistics: pd.DataFrame, path: Path) -> Path:
         x, y = points[f"grid {words}"], points[f"suite {words}"]
         ax.plot([0, 1], [0, 1], color="0.8", lw=1, zorder=0)
         ax.scatter(x, y, c=["0.5" if b else "C0" for b in points["baseline"]], zorder=2)
-        for name, xi, yi in zip(points["diagnoser"], x, y, strict=True):
-            ax.annotate(name, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        for (xi, yi), text, offset, align in _placed(_labels(points["diagnoser"], x, y)):
+            ax.annotate(
+                text,
+                (xi, yi),
+                fontsize=7,
+                xytext=offset,
+                textcoords="offset points",
+                ha=align,
+                arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.6", "shrinkA": 0},
+            )
         tau = values.get(f"{measure_} kendall_tau", "")
         rho = values.get(f"{measure_} spearman_rho", "")
         ax.set_title(f"{words}: tau {tau or 'n/a'}, rho {rho or 'n/a'}", fontsize=10)
@@ -420,6 +436,54 @@ def figure(points: pd.DataFrame, statistics: pd.DataFrame, path: Path) -> Path:
     fig.savefig(path, dpi=120, metadata={"Software": None})  # no version stamp: stable bytes
     plt.close(fig)
     return path
+
+
+def _labels(
+    names: pd.Series, x: pd.Series, y: pd.Series
+) -> list[tuple[tuple[float, float], list[str]]]:
+    """One label per point, the names of diagnosers at the same point joined; by x, then y."""
+    at: dict[tuple[float, float], list[str]] = {}
+    for name, xi, yi in zip(names, x, y, strict=True):
+        at.setdefault((round(float(xi), 3), round(float(yi), 3)), []).append(str(name))
+    return sorted(at.items())
+
+
+#: Where a point's label may go (offset in points, alignment), tried in this order.
+SPOTS = (
+    ((5, 3), "left"),
+    ((5, -10), "left"),
+    ((-5, 3), "right"),
+    ((-5, -10), "right"),
+    ((10, 14), "left"),
+    ((10, -22), "left"),
+    ((-10, 14), "right"),
+    ((-10, -22), "right"),
+)
+PT = (0.0036, 0.004)  # one point in data units of the scatter's axes (about 1.06 / 300 pt)
+CHAR = 4.0  # points per character at fontsize 7
+
+
+def _placed(
+    labels: list[tuple[tuple[float, float], list[str]]],
+) -> list[tuple[tuple[float, float], str, tuple[int, int], str]]:
+    """Each label at the first spot whose box overlaps no label placed before it."""
+    boxes: list[tuple[float, float, float, float]] = []
+    out = []
+    for (xi, yi), names in labels:
+        text = ", ".join(names)
+        width, height = len(text) * CHAR * PT[0], 8 * PT[1]
+        for offset, align in SPOTS:
+            left = xi + offset[0] * PT[0] - (width if align == "right" else 0.0)
+            bottom = yi + offset[1] * PT[1]
+            box = (left, bottom, left + width, bottom + height)
+            clear = all(
+                box[2] < b[0] or b[2] < box[0] or box[3] < b[1] or b[3] < box[1] for b in boxes
+            )
+            if clear:
+                break
+        boxes.append(box)
+        out.append(((xi, yi), text, offset, align))
+    return out
 
 
 def write(
