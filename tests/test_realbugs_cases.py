@@ -18,6 +18,11 @@ import torch
 from faultbench.realbugs import Case, CaseRun, case_names, get_case
 from faultbench.realbugs.case import SIGNALS
 
+#: Two bugs warn as they happen (the broadcast MSE, the zero-width layer): expected here.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Using a target size:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Initializing zero-element tensors:UserWarning"),
+]
 NAMES = case_names()
 #: Cases cheap enough (well under a second a form) to train twice for determinism.
 CHEAP = (

@@ -12,7 +12,7 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.realbugs import get_case
 from faultbench.realbugs.storage import CaseStore, ensure, run_of
 from faultbench.scoring import scores
-from faultbench.scoring.diagnosis import Diagnosis
+from faultbench.scoring.diagnosis import Diagnosis, diagnoser_names, get_diagnoser
 from faultbench.scoring.run import Run
 from faultbench.tools import doctor
 from faultbench.tools.realbugs import (
@@ -61,6 +61,11 @@ def test_a_diagnoser_tuned_on_the_suite_is_refused_in_one_line(store: CaseStore)
     with pytest.raises(FaultbenchError, match="is a test set"):
         evaluate_realbugs(TunedOnSuite(), case_names=CHEAP, store=store, progress=False)
     assert not list(store.root.glob("**/*.json")), "refused before training anything"
+
+
+@pytest.mark.parametrize("name", diagnoser_names())
+def test_no_shipped_diagnoser_is_tuned_on_the_suite(name: str) -> None:
+    check_not_tuned_on_suite(get_diagnoser(name))
 
 
 def test_each_answer_is_scored_against_its_form(store: CaseStore) -> None:
