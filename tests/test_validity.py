@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from faultbench.reporting import validity
 from faultbench.reporting.validity import (
     bootstrap,
     correlations,
@@ -216,24 +215,3 @@ def test_grid_rates_read_back_from_a_results_directory() -> None:
 def test_baselines_are_the_shipped_constant_and_random_ones() -> None:
     assert is_baseline("always-healthy") and is_baseline("random")
     assert not is_baseline("rules")
-
-
-def test_files_are_written_with_the_same_bytes_twice(tmp_path: Path) -> None:
-    grid = GRID.rename(index={"a": "rules", "b": "learned", "c": "random"})
-    frame = answers().replace({"diagnoser": {"a": "rules", "b": "learned", "c": "random"}})
-    first = validity.write(grid, frame, tmp_path / "a", reps=50)
-    second = validity.write(grid, frame, tmp_path / "b", reps=50)
-    names = [p.name for p in first]
-    assert names == [
-        "validity.md",
-        "validity.csv",
-        "validity_diagnosers.csv",
-        "validity_cases.csv",
-        "validity.png",
-    ]
-    for a, b in zip(first, second, strict=True):
-        assert a.read_bytes() == b.read_bytes(), a.name
-    table = pd.read_csv(tmp_path / "a" / "validity.csv", dtype=str, keep_default_na=False)
-    assert "identification kendall_tau" in set(table["statistic"])
-    assert "false_alarms spearman_rho (no baselines)" in set(table["statistic"])
-    assert (tmp_path / "a" / "validity.png").read_bytes()[:4] == b"\x89PNG"

@@ -195,7 +195,7 @@ def generate(
     from faultbench.reporting.realbugs import columns as realbug_columns
     from faultbench.reporting.realbugs import write as write_realbugs
     from faultbench.reporting.validity import grid_rates
-    from faultbench.reporting.validity import write as write_validity
+    from faultbench.reporting.validity_files import write as write_validity
     from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
     from faultbench.tools.realbugs import evaluate_suite
