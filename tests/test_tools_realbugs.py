@@ -17,9 +17,6 @@ from faultbench.scoring.run import Run
 from faultbench.tools import doctor
 from faultbench.tools.realbugs import (
     FAILED,
-    NOT_HEALTHY,
-    UNDECIDED,
-    CaseResult,
     check_not_tuned_on_suite,
     evaluate_realbugs,
 )
@@ -142,37 +139,6 @@ def test_the_headline_is_the_doctors_on_the_same_run(store: CaseStore) -> None:
         assert r.headline == direct.verdict, (r.case, r.form)
     right = report.scores["doctor"]["right"]
     assert right["n"] == 4 and right["hits"] == sum(r.headline_correct for r in report.results)
-
-
-@pytest.mark.parametrize(
-    ("form", "status", "predicted", "headline", "truth", "correct", "verdict", "doctor_right"),
-    [
-        ("faulty", "ok", "lr_too_high", "lr_too_high", "lr_too_high", True, NOT_HEALTHY, True),
-        ("faulty", "ok", "healthy", "not healthy", "lr_too_high", False, NOT_HEALTHY, True),
-        ("faulty", "ok", "healthy", "healthy", "lr_too_high", False, "healthy", False),
-        ("fixed", "ok", "healthy", "undecided", "healthy", True, UNDECIDED, False),
-        ("fixed", "ok", "dead_units", "dead_units", "healthy", False, NOT_HEALTHY, False),
-        ("fixed", "timeout", "unknown", "", "healthy", False, FAILED, False),
-    ],
-    ids=["named", "overruled", "missed", "blind", "false-alarm", "timeout"],
-)
-def test_case_result_truth_and_headline(
-    form: str,
-    status: str,
-    predicted: str,
-    headline: str,
-    truth: str,
-    correct: bool,
-    verdict: str,
-    doctor_right: bool,
-) -> None:
-    r = CaseResult("c", "lr_too_high", form, "mlp", predicted, status, headline=headline)
-    assert (r.truth, r.correct, r.headline_class, r.headline_correct) == (
-        truth,
-        correct,
-        verdict,
-        doctor_right,
-    )
 
 
 def test_report_prints_and_serializes(store: CaseStore) -> None:
