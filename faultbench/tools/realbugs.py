@@ -270,8 +270,13 @@ def _result(
 
 
 def _doctor_code() -> str:
-    """Hash of the doctor's source: a stored memorization check is keyed by it."""
-    return hashlib.sha256(inspect.getsource(doctor).encode()).hexdigest()[:12]
+    """Hash of the doctor's source and of the module its memorization check lives in (the
+    same one, or another it imports from): a stored memorization check is keyed by it."""
+    digest = hashlib.sha256(inspect.getsource(doctor).encode())
+    home = inspect.getmodule(doctor.memorize_check)
+    if home is not None and home is not doctor:
+        digest.update(inspect.getsource(home).encode())
+    return digest.hexdigest()[:12]
 
 
 def _headline(outcome: Outcome, record: RunRecord, store: CaseStore) -> str:
