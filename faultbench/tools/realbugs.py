@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
+import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -270,11 +271,11 @@ def _result(
 
 
 def _doctor_code() -> str:
-    """Hash of the doctor's source and of the module its memorization check lives in (the
-    same one, or another it imports from): a stored memorization check is keyed by it."""
+    """Hash of the doctor's source and of the module its checks live in (the same one, or
+    another it imports them from): a stored memorization check is keyed by it."""
     digest = hashlib.sha256(inspect.getsource(doctor).encode())
-    home = inspect.getmodule(doctor.memorize_check)
-    if home is not None and home is not doctor:
+    home = sys.modules[doctor.Check.__module__]
+    if home is not doctor:
         digest.update(inspect.getsource(home).encode())
     return digest.hexdigest()[:12]
 
