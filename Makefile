@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 # The package's folders: adding or removing a module changes its folder, and the
 # strict editable install below links files, so a new file needs a reinstall.
-PACKAGE_DIRS := $(shell find faultbench datasets diagnosers -type d -not -name __pycache__)
+PACKAGE_DIRS := $(shell find faultbench datasets diagnosers realbugs -type d -not -name __pycache__)
 
 .PHONY: run test lint report calibrate paper bench clean
 

@@ -151,13 +151,18 @@ def write(
     subsets: Mapping[str, str] | None = None,
     designs: pd.DataFrame | None = None,
     bases: Sequence[str] = (),
+    extra: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write ``leaderboard.md`` (+ csv, per task, per variant), the false alarms per design
     axis (``false_alarms_by_axis.csv``, from ``designs``; see :func:`alarms_by_axis`) and the
-    recall-by-level figure to ``out``. ``bases`` are lines on the drawn bases (redraws, ...)."""
+    recall-by-level figure to ``out``. ``bases`` are lines on the drawn bases (redraws, ...);
+    ``extra``: more columns, one row per diagnoser (the real-bug suite's, see realbugs.md).
+    """
     from faultbench.reporting.report import markdown_table
 
     table = pd.DataFrame(rows(frame, tuned_on, subsets))
+    if extra is not None:
+        table = table.merge(extra, on="diagnoser", how="left").fillna("n/a")
     tasks = per_task(frame)
     axes = alarms_by_axis(designs if designs is not None else _no_designs())
     out.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,8 @@ the CSV files ``faultbench report`` wrote, at build time:
   ``{{scores:DIAGNOSER:TASK:COLUMN}}``,
   ``{{mcnemar:TASK:A:B:COLUMN}}``, ``{{setup:TASK:COLUMN}}``,
   ``{{conditions:CONDITION:COLUMN}}``, ``{{leaderboard:DIAGNOSER:COLUMN}}``,
-  ``{{leaderboard_tasks:DIAGNOSER:TASK}}``: one cell, exactly as the CSV has it;
+  ``{{leaderboard_tasks:DIAGNOSER:TASK}}``, ``{{realbugs:DIAGNOSER:COLUMN}}``,
+  ``{{validity:STATISTIC:COLUMN}}``: one cell, exactly as the CSV has it;
 - ``{{count:TABLE:COLUMN}}``: how many distinct values a column holds;
 - ``{{table:NAME}}`` or ``{{table:faults:TASK}}``: a whole table;
 - ``{{figure:PATH}}``: a figure under ``results/``, copied next to the HTML.
@@ -39,6 +40,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "conditions": ("condition",),
     "leaderboard": ("diagnoser",),  # the full grid's scores (results/leaderboard.csv)
     "leaderboard_tasks": ("diagnoser",),  # identification per task
+    "realbugs": ("diagnoser",),  # the real-bug suite's shares, as numbers
+    "validity": ("statistic",),  # grid against real bugs: tau and rho with intervals
 }
 TABLES = (
     "faults",
@@ -49,6 +52,8 @@ TABLES = (
     "setup",
     "leaderboard",
     "leaderboard_tasks",
+    "validity",
+    "validity_diagnosers",
 )
 PLACEHOLDER = re.compile(r"\{\{([^{}]+)\}\}")
 STYLE = """body{font-family:Georgia,serif;max-width:60em;margin:2em auto;padding:0 1em;

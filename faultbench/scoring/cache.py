@@ -67,9 +67,11 @@ SOURCES = ("faultbench", "faultbench.datasets", "faultbench.diagnosers")
 #: which runs a grid or a calibration asks for (each answer is stored per run, under the
 #: run's own key), where records are kept on disk (a record's content is keyed by the run
 #: key, which hashes the code that trains it), and the tools beside the benchmark (the
-#: doctor, preflight, calibration, ``faultbench bench``), which no diagnoser imports.
+#: doctor, preflight, calibration, ``faultbench bench``), which no diagnoser imports; and
+#: the real-bug cases, whose code keys their own records (a change gives new records).
 NOT_DIAGNOSIS = (
     "cli",
+    "realbugs",
     "reporting",
     "tools",
     "faults/grid.py",

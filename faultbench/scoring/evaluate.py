@@ -31,7 +31,7 @@ from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, 
 from faultbench.scoring.manifest import Manifestation, manifestation
 from faultbench.scoring.plan import plan
 from faultbench.scoring.summary import coverage
-from faultbench.scoring.worker import DiagnosisWorker, wants_worker
+from faultbench.scoring.worker import DiagnosisWorker, TaskRuns, wants_worker
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import progress_bar
 from faultbench.storage.store import Store
@@ -532,7 +532,8 @@ def _diagnoser_for(
     if not in_worker:
         yield _InProcess(diag, task, timeout, every)
         return
-    with DiagnosisWorker(diag, task, timeout=timeout, every=every) as worker:  # refuses an
+    runs = TaskRuns(task, every)
+    with DiagnosisWorker(diag, task, timeout=timeout, runs=runs) as worker:  # refuses an
         yield worker  # unpicklable one
 
 

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -35,6 +37,7 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import labels
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, ships_with_faultbench
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
+from faultbench.scoring.run import Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
 from faultbench.training.monitor import DEFAULT_EVERY
@@ -47,6 +50,17 @@ BUILD_LIMIT = 120.0  # seconds the worker may take to rebuild a run's setup and 
 _LIVE: weakref.WeakSet[DiagnosisWorker] = weakref.WeakSet()
 
 
+@dataclass(frozen=True)
+class TaskRuns:
+    """Rebuilds a grid run from its record and its task (the default run builder)."""
+
+    task: Task  # the task the records belong to
+    every: int = DEFAULT_EVERY  # the sampling each trace is read at (see run_for)
+
+    def __call__(self, record: RunRecord) -> Run:
+        return run_for(record, self.task, self.every)
+
+
 class DiagnosisWorker:
     """One worker process serving the diagnoses of one diagnoser on one task.
 
@@ -55,19 +69,27 @@ class DiagnosisWorker:
             so its module must be importable in a fresh process).
         task: The task the records belong to (pickled too).
         timeout: Seconds one diagnosis may take (positive).
-        every: The sampling each run's trace is read at (see :func:`run_for`).
+        runs: Builds a run from a record instead of ``task`` (the real-bug suite's
+            records are no task's); pickled, so a module-level class.
 
     Raises:
         FaultbenchError: ``timeout`` is not positive, or the diagnoser cannot be pickled.
     """
 
     def __init__(
-        self, diagnoser: Diagnoser, task: Task, *, timeout: float, every: int = DEFAULT_EVERY
+        self,
+        diagnoser: Diagnoser,
+        task: Task | None,
+        *,
+        timeout: float,
+        runs: Callable[[RunRecord], Run] | None = None,
     ) -> None:
         self.timeout = check_timeout(timeout)
-        self.every = every
         self.name = diagnoser.name
-        self._diagnoser, self._task = diagnoser, task
+        if runs is None and task is None:
+            raise ValueError("DiagnosisWorker needs a task or a run builder (runs=)")
+        self._diagnoser = diagnoser
+        self._runs = runs if runs is not None else TaskRuns(task)  # type: ignore[arg-type]
         self._payload = b""
         self._pickled()  # refuse an unpicklable diagnoser now, before any work
         self._proc: subprocess.Popen[bytes] | None = None
@@ -77,7 +99,7 @@ class DiagnosisWorker:
     def _pickled(self) -> bytes:
         # The task goes whole: rebuilding a shipped one takes longer than the pipe.
         try:
-            return pickle.dumps((self._diagnoser, self._task))
+            return pickle.dumps((self._diagnoser, self._runs))
         except Exception as exc:
             raise FaultbenchError(
                 f"diagnoser '{self.name}' cannot be sent to a worker process: "
@@ -107,7 +129,7 @@ class DiagnosisWorker:
         self._proc, self._conn = proc, conn
         self.started += 1
         _LIVE.add(self)
-        conn.send((sys.path, self._payload, self.timeout, self.every))
+        conn.send((sys.path, self._payload, self.timeout))
         kind, value = self._receive(START_LIMIT)
         if kind != "ready":
             why = value if kind == "failed" else _start_failure(kind, proc)
@@ -286,9 +308,9 @@ def serve(read_fd: int, write_fd: int) -> None:
     faulthandler.enable()  # a segfault leaves its traceback on stderr
     conn = _Pipe(read_fd, write_fd)
     try:
-        path, payload, timeout, every = conn.recv()
+        path, payload, timeout = conn.recv()
         sys.path[:] = path  # the driver's: the diagnoser's module must import as it did there
-        diagnoser, task = pickle.loads(payload)
+        diagnoser, runs = pickle.loads(payload)
         labels()  # the registries load now (plug-ins included), not inside the first time limit
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
@@ -301,19 +323,18 @@ def serve(read_fd: int, write_fd: int) -> None:
             return
         if record is None:
             return
-        conn.send(_answer(conn, diagnoser, task, record, timeout, every))
+        conn.send(_answer(conn, diagnoser, runs, record, timeout))
 
 
 def _answer(
     conn: Connection,
     diagnoser: Diagnoser,
-    task: Task,
+    runs: Callable[[RunRecord], Run],
     record: RunRecord,
     timeout: float,
-    every: int,
 ) -> tuple[str, Outcome]:
     try:
-        run = run_for(record, task, every)
+        run = runs(record)
     except Exception as exc:  # a broken setup must not stop the other runs
         return "outcome", Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
     conn.send(("started", None))

@@ -18,7 +18,7 @@ from torch import nn
 
 from faultbench.faults.recipe import Recipe
 from faultbench.training.model import build_model
-from faultbench.training.monitor import SAMPLINGS, Monitor
+from faultbench.training.monitor import Monitor
 from faultbench.training.trace import RunConfig, Trace
 
 # Evaluations per run, evenly spaced (every 60 steps of the default 600, about
@@ -62,7 +62,7 @@ def train(
         schedule = recipe.make_schedule(optimizer, recipe)
         monitor = None
         if record:
-            monitor = Monitor(model, optimizer, every=every, also_every=_samplings(every))
+            monitor = Monitor(model, optimizer, every=every)
         stream = recipe.loader(recipe)
         batches = monitor.batches(stream) if monitor else stream
         loss_fn, clear, clip, update = recipe.loss, recipe.clear, recipe.clip, recipe.update
@@ -86,11 +86,6 @@ def train(
             return TrainResult(None, None, time.perf_counter() - start)
         monitor.close()
         return TrainResult(monitor.trace(), monitor.config(), time.perf_counter() - start)
-
-
-def _samplings(every: int) -> tuple[int, ...]:
-    """The sparser samplings a trace recorded every ``every`` steps can also be read at."""
-    return tuple(k for k in SAMPLINGS if k % every == 0 and k != every)
 
 
 @contextlib.contextmanager

@@ -81,8 +81,9 @@ class Monitor:
             learning rate and timings are recorded at every step regardless.
         also_every: Sparser samplings (multiples of ``every``) the trace should
             also be readable at (:meth:`Trace.sampled`): the weights never given
-            a gradient are counted on their steps too. The benchmark records
-            every step and keeps :data:`SAMPLINGS`.
+            a gradient are counted on their steps too. By default the multiples of
+            ``every`` among :data:`SAMPLINGS`, so an every-step trace reads as any
+            usual sampling would have recorded it.
 
     Raises:
         FaultbenchError: ``every`` is not a whole number of steps >= 1, or an
@@ -95,10 +96,12 @@ class Monitor:
         optimizer: torch.optim.Optimizer,
         *,
         every: int = DEFAULT_EVERY,
-        also_every: Sequence[int] = (),
+        also_every: Sequence[int] | None = None,
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise FaultbenchError(f"every={every!r}: expected a whole number of steps >= 1")
+        if also_every is None:
+            also_every = [k for k in SAMPLINGS if k % every == 0]
         for k in also_every:
             if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % every:
                 raise FaultbenchError(

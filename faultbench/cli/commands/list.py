@@ -24,12 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Print the registries, then any plug-in that failed to load."""
+    from faultbench.cli.commands.realbugs_run import list_section
     from faultbench.faults.fault import FAULTS, HELD_OUT
     from faultbench.scoring.diagnosis import DIAGNOSERS
     from faultbench.tasks.task import TASKS
 
     _faults()
     _tasks()
+    list_section()
     _diagnosers()
     registries = (FAULTS, HELD_OUT, TASKS, DIAGNOSERS)
     broken = [(r.kind, name, why) for r in registries for name, why in r.broken.items()]

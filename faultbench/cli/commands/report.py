@@ -186,7 +186,8 @@ def generate(
         command: The command line the README shows.
         revision: The code's git revision, for the README (looked up when empty).
         isolate: See :func:`faultbench.scoring.evaluate.evaluate`.
-        scored_grids: "classic" (always) and, for the leaderboard's headline, "full".
+        scored_grids: "classic" (always) and, for the leaderboard's headline, "full"
+            (with it, the real-bug suite: its leaderboard columns, realbugs.md, validity.md).
         full_tasks: The tasks the full grid is scored on (default: ``tasks``).
         healthy_seeds: Healthy runs of the full grid per task, each on its own drawn base.
 
@@ -196,8 +197,13 @@ def generate(
     import pandas as pd
 
     from faultbench.reporting import ahead, calibration, figures, leaderboard, provenance, report
+    from faultbench.reporting.realbugs import columns as realbug_columns
+    from faultbench.reporting.realbugs import write as write_realbugs
+    from faultbench.reporting.validity import grid_rates
+    from faultbench.reporting.validity_files import write as write_validity
     from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.scoring.evaluate import evaluate
+    from faultbench.tools.realbugs import evaluate_suite
     from faultbench.training.monitor import DEFAULT_EVERY
 
     def score(name: str, task: str, grid: str, every: int = DEFAULT_EVERY) -> Report:
@@ -276,6 +282,12 @@ def generate(
     for old in {*out.glob("confusion/*.png"), *out.glob("curves/*.png")} - set(written):
         old.unlink()  # a diagnoser or task dropped since the last report leaves no stale figure
     board = pd.concat([r.scored_frame() for r in [*reports, *full, *every_step]], ignore_index=True)
+    # The real-bug suite is scored beside the full grid (its columns and validity.md need it).
+    suite = evaluate_suite(
+        diagnosers if full else [], store=store, timeout=timeout, isolate=isolate, engine=engine
+    )
+    answers = pd.concat([r.answers_frame() for r in suite], ignore_index=True) if suite else None
+    trained += sum(r.trained for r in suite)
     written += leaderboard.write(
         board,
         {name: sorted(get_diagnoser(name).tuned_on) for name in diagnosers},
@@ -287,7 +299,11 @@ def generate(
         },
         designs=pd.concat([r.design_frame() for r in full], ignore_index=True) if full else None,
         bases=_bases_lines(full),
+        extra=realbug_columns(answers) if answers is not None else None,
     )
+    if answers is not None:
+        written += write_realbugs(answers, out)
+        written += write_validity(grid_rates(board), answers, out)
     files = sorted(str(p.relative_to(out)) for p in written)
     readme = provenance.readme(
         command,

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from faultbench.cli.commands import realbugs_run
 from faultbench.cli.commands.common import (
     add_execution_arguments,
     add_grid_arguments,
@@ -27,7 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="registered name or module:Class (imports and runs that module)",
     )
-    parser.add_argument("--task", required=True, help="task name (see `faultbench list`)")
+    parser.add_argument(
+        "--task",
+        required=True,
+        help="task name, or realbugs for the real-bug suite (see `faultbench list`)",
+    )
     parser.add_argument(
         "--seeds", type=positive_int, default=5, help="seeds per condition (default: 5)"
     )
@@ -35,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print one JSON object instead of tables"
     )
     add_grid_arguments(parser)
+    parser.add_argument(
+        "--cases",
+        type=realbugs_run.names,
+        default=None,
+        help="with --task realbugs: comma-separated cases to score",
+    )
     add_execution_arguments(parser)
 
 
@@ -44,6 +55,9 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.scoring.evaluate import evaluate
     from faultbench.tasks.task import get_task
 
+    realbugs_run.check_arguments(args)
+    if args.task == realbugs_run.SUITE:  # the real-bug suite is no Task
+        return realbugs_run.main(args)
     diagnoser = get_diagnoser(args.diagnoser)  # every check before any worker starts
     task = get_task(args.task)
     grid = grid_from(args)

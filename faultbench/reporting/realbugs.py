@@ -1,0 +1,202 @@
+"""The real-bug suite in ``results/``: the leaderboard's real-bug columns and ``realbugs.md``.
+
+Everything here reads one table: every shipped diagnoser's answers on every form of
+every case (:meth:`faultbench.tools.realbugs.RealBugsReport.answers_frame`, one frame
+per diagnoser, concatenated), in the columns of :data:`faultbench.scoring.scores.COLUMNS`
+plus the case's and the doctor's. The shares are :mod:`faultbench.scoring.scores`' on
+it, as the grid's are, each with its 95% Wilson interval:
+
+- *identification*: faulty forms of the cases whose bug is one of the nine known
+  faults, named correctly;
+- *out-of-list not healthy* / *other_fault*: faulty forms of the cases outside the
+  nine, not called healthy / called ``other_fault``;
+- *false alarms*: fixed twins called anything but healthy;
+- *doctor right*: the doctor's headline on the same run says not healthy on a faulty
+  form and healthy on a fixed twin.
+
+No wall-clock number is written, so the files' bytes are the same on every machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from faultbench.realbugs import DROPPED, SUITE, all_cases, counts_by_label
+from faultbench.scoring import scores
+from faultbench.scoring.scores import Share
+
+#: The leaderboard's real-bug columns, in order, with what each counts.
+COLUMNS = {
+    "real-bug identification": "known-label cases' faulty forms named correctly",
+    "real-bug out-of-list not healthy": "other_fault cases' faulty forms not called healthy",
+    "real-bug out-of-list other_fault": "other_fault cases' faulty forms called other_fault",
+    "real-bug false alarms": "fixed twins called anything but healthy",
+    "real-bug doctor right": "the doctor's headline: not healthy on faulty, healthy on fixed",
+}
+#: The columns of ``realbugs_answers.csv`` (no seconds: the file is machine-independent).
+ANSWER_COLUMNS = (
+    "diagnoser",
+    "case",
+    "label",
+    "model",
+    "form",
+    "truth",
+    "predicted",
+    "status",
+    "correct",
+    "headline",
+    "headline_verdict",
+    "headline_correct",
+)
+
+
+def cell(share: Share) -> str:
+    """A share as the leaderboard writes it: value [low, high]."""
+    return "n/a" if not share.n else f"{share.value:.3f} [{share.low:.2f}, {share.high:.2f}]"
+
+
+def shares(answers: pd.DataFrame) -> dict[str, dict[str, Share]]:
+    """Per diagnoser (in order of appearance): each of :data:`COLUMNS` as a share."""
+    out = {}
+    for name in dict.fromkeys(answers["diagnoser"]):
+        part = answers[answers["diagnoser"] == name]
+        detection = scores.detection(part)
+        right = part["headline_correct"].to_numpy(dtype=bool)
+        out[str(name)] = dict(
+            zip(
+                COLUMNS,
+                (
+                    scores.identification(part)["accuracy"],
+                    detection["not_healthy"],
+                    detection["other_fault"],
+                    scores.false_alarms(part),
+                    scores.wilson(int(right.sum()), int(right.size)),
+                ),
+                strict=True,
+            )
+        )
+    return out
+
+
+def columns(answers: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard's real-bug columns: one row per diagnoser, cells with intervals."""
+    rows = [
+        {"diagnoser": name, **{column: cell(share) for column, share in found.items()}}
+        for name, found in shares(answers).items()
+    ]
+    return pd.DataFrame(rows, columns=["diagnoser", *COLUMNS])
+
+
+def score_table(answers: pd.DataFrame) -> pd.DataFrame:
+    """``realbugs.csv``: per diagnoser, each share's hits, n, value and interval (numbers)."""
+    rows = []
+    for name, found in shares(answers).items():
+        row: dict[str, object] = {"diagnoser": name}
+        for column, share in found.items():
+            key = column.removeprefix("real-bug ").replace(" ", "_").replace("-", "_")
+            row[f"{key}_hits"], row[f"{key}_n"] = share.hits, share.n
+            for part in ("value", "low", "high"):
+                number = getattr(share, part)
+                row[f"{key}_{part}"] = "" if not share.n else f"{number:.3f}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def case_table() -> pd.DataFrame:
+    """``realbugs_cases.csv``: every shipped case, its label, model, optimizer, symptom, source."""
+    return pd.DataFrame(
+        [
+            {
+                "case": c.name,
+                "label": c.label,
+                "model": c.model,
+                "optimizer": c.optimizer,
+                "symptom": str(c.symptom),
+                "source": c.source,
+            }
+            for c in all_cases()
+        ]
+    )
+
+
+def matrix(answers: pd.DataFrame) -> pd.DataFrame:
+    """Per case and form, each diagnoser's answer (``✓`` where right), and the share right."""
+    names = list(dict.fromkeys(answers["diagnoser"]))
+    rows = []
+    for (case, form), part in answers.groupby(["case", "form"], sort=False):
+        by = {r.diagnoser: r for r in part.itertuples(index=False)}
+        row: dict[str, object] = {
+            "case": case,
+            "form": form,
+            "truth": part["truth"].iloc[0],
+        }
+        for name in names:
+            r = by.get(name)
+            answer = "-" if r is None else (r.predicted if r.status == "ok" else r.status)
+            row[name] = answer + (" ✓" if r is not None and r.correct else "")
+        right = int(part["correct"].sum())
+        row["right"] = f"{right}/{len(part)}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def answer_table(answers: pd.DataFrame) -> pd.DataFrame:
+    """``realbugs_answers.csv``: every answer, without wall-clock columns."""
+    return answers.loc[:, list(ANSWER_COLUMNS)].reset_index(drop=True)
+
+
+def markdown(answers: pd.DataFrame) -> str:
+    """``realbugs.md``: the suite, every diagnoser's scores on it, and every answer."""
+    from faultbench.reporting.report import markdown_table
+
+    cases = case_table()
+    labels = ", ".join(f"{label} {n}" for label, n in counts_by_label().items())
+    table = columns(answers)
+    dropped = pd.DataFrame([{"case": d.name, "source": d.source, "why": d.why} for d in DROPPED])
+    return "\n".join(
+        [
+            "# Real bugs, reported in public",
+            "",
+            f"{len(cases)} training bugs reported in public (forum threads, Stack Overflow, "
+            f"GitHub issues), each re-enacted in the reporter's style with its fixed twin "
+            f"(`faultbench run --task {SUITE}`; the cases are `realbugs/cases/`). Labels: "
+            f"{labels}. The suite is a test set: no shipped diagnoser was tuned on it. "
+            "Cells are shares with their 95% Wilson interval: "
+            + "; ".join(f"*{c.removeprefix('real-bug ')}*: {what}" for c, what in COLUMNS.items())
+            + ". Every answer: `realbugs_answers.csv`; the grid against the suite: "
+            "`validity.md`.",
+            "",
+            markdown_table(table),
+            "",
+            "## The cases",
+            "",
+            markdown_table(cases),
+            "",
+            "## Every answer (✓: right)",
+            "",
+            markdown_table(matrix(answers)),
+            "",
+            f"## Dropped ({len(DROPPED)}): written, then left out",
+            "",
+            markdown_table(dropped),
+            "",
+        ]
+    )
+
+
+def write(answers: pd.DataFrame, out: Path) -> list[Path]:
+    """Write ``realbugs.md`` and its CSVs (scores, cases, answers) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    frames = {
+        "realbugs.csv": score_table(answers),
+        "realbugs_cases.csv": case_table(),
+        "realbugs_answers.csv": answer_table(answers),
+    }
+    written = []
+    for name, frame in frames.items():
+        frame.to_csv(out / name, index=False, lineterminator="\n")
+        written.append(out / name)
+    (out / "realbugs.md").write_text(markdown(answers))
+    return [out / "realbugs.md", *written]

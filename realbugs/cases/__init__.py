@@ -1,0 +1,1 @@
+"""The cases: one module per real bug (see :mod:`faultbench.realbugs.case`)."""

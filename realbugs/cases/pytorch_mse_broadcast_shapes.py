@@ -1,0 +1,55 @@
+"""Linear regression with MSELoss on predictions (n, 1) and targets (n,): the loss never nears the
+optimum."""
+
+import torch
+from torch import nn
+
+from faultbench import Monitor
+from faultbench.realbugs import Symptom, kit
+
+SOURCE = "https://github.com/pytorch/pytorch/issues/16045"
+REPORTED = (
+    "Fitting y = 10 + 9 x0 - 2 x1 + noise with nn.Linear(2, 1) and MSELoss, the correct "
+    "estimates are not found and the loss fails to decrease to near the global optimum of this "
+    "convex problem; no error is raised."
+)
+DIAGNOSIS = (
+    "The prediction has shape (n, 1) and the target (n,), so MSELoss broadcasts them to "
+    "(n, n) and compares every prediction with every target; reshaping y to (n, 1) fixes it "
+    "(PyTorch added a warning for it)."
+)
+LABEL = "other_fault"
+MODEL = "linear"
+OPTIMIZER = "SGD"
+DATA = "The issue's own code and data (100 points, SGD at 0.1, 30 full-batch steps)."
+SYMPTOM = Symptom("min_loss", above=10.0)  # never near the noise level (about 1)
+SEED = 0
+EPOCHS = 30
+
+
+def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
+    """The issue's script."""
+    kit.seed_everything(SEED)
+    sample_size = 100
+    x = torch.randn((sample_size, 2))
+    eps = torch.randn(sample_size)
+    y = 10 + 9 * x[:, 0] - 2 * x[:, 1] + eps
+    if fixed:
+        y = y.reshape(sample_size, 1)
+
+    def make_model() -> nn.Module:
+        torch.manual_seed(SEED)
+        return nn.Linear(2, 1)
+
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_func = nn.MSELoss()
+    monitor = Monitor(model, optimizer, every=1)
+    for xb, yb in monitor.batches((x, y) for _ in range(epochs)):
+        optimizer.zero_grad()
+        yhat = model(xb)
+        loss_val = loss_func(yhat, yb)
+        loss_val.backward()
+        optimizer.step()
+        monitor.step(loss_val)
+    return kit.finish(monitor, make_model=make_model, loss_fn=loss_func, X=x, y=y)

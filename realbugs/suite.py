@@ -1,0 +1,135 @@
+"""The suite: every case module under ``cases/``, and the cases dropped on the way.
+
+Cases are found by listing the ``cases`` package (one module, one case), so adding
+a bug is adding a file. The suite is a test set: no shipped diagnoser is tuned on
+it, and a diagnoser that names :data:`SUITE` in its ``tuned_on`` is refused.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+
+from faultbench.core.errors import unknown_name
+from faultbench.faults.fault import labels
+from faultbench.realbugs.case import Case
+
+SUITE = "realbugs"  # the suite's name on the command line; reserved in any tuned_on
+FORMS = ("faulty", "fixed")  # each case runs twice: the bug as reported, and its fixed twin
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A case that was written and then left out, and why (the note lists them)."""
+
+    name: str  # the case it would have been
+    source: str  # the public address of the report
+    why: str  # the reported symptom did not reproduce, or the fixed twin was not healthy
+
+
+#: Every case re-enacted and not shipped. A case is dropped only when its reported
+#: symptom does not show on the faulty form or shows on the fixed one; never for a
+#: diagnoser's answer (no diagnoser's answer was looked at to choose a case).
+DROPPED: tuple[Dropped, ...] = (
+    Dropped(
+        "centernet_loss_huge_zero_grad",
+        "https://github.com/xingyizhou/CenterNet/issues/928",
+        "symptom did not reproduce: with Adam, the missing zero_grad only slowed training "
+        "(validation accuracy 0.79 against 0.93 after 15 epochs); the loss neither became huge "
+        "nor stopped changing",
+    ),
+    Dropped(
+        "seqtag_bilstm_lr",
+        "https://github.com/guillaumegenthial/sequence_tagging/issues/47",
+        "symptom did not reproduce: at lr 0.1 the stand-in BiLSTM tagger trained to 100% "
+        "token accuracy; the loss neither rose nor became NaN",
+    ),
+    Dropped(
+        "nanogpt_loss_nan_lr",
+        "https://github.com/karpathy/nanoGPT/issues/136",
+        "symptom did not reproduce: with AdamW in float32 the loss diverged (to about 2e4 at "
+        "lr 30) but never became NaN (the report's NaN came with half precision)",
+    ),
+    Dropped(
+        "pfedme_mlp_loss_nan",
+        "https://github.com/CharlieDinh/pFedMe/issues/11",
+        "symptom did not reproduce: SGD at 3.0 killed the ReLUs and the loss sat at ln 10, "
+        "never NaN; and the repository's default rate was too slow for a healthy fixed twin",
+    ),
+    Dropped(
+        "pytorch_examples_mnist_sgd_nan",
+        "https://github.com/pytorch/examples/issues/736",
+        "symptom did not reproduce: SGD at the example's 1.0 stalled at chance on the 28x28 "
+        "stand-in, no NaN (and each form took about 10 s)",
+    ),
+    Dropped(
+        "laddernet_loss_explodes_lr",
+        "https://github.com/juntang-zhuang/LadderNet/issues/1",
+        "symptom did not reproduce: the thread does not give the uploaded rate, and the "
+        "stand-in either trained well (Adam up to 0.03) or collapsed at once to a constant "
+        "prediction (0.5); four good epochs then an explosion never happened",
+    ),
+    Dropped(
+        "ai8x_kws_accuracy_decays_lr",
+        "https://github.com/analogdevicesinc/ai8x-training/issues/141",
+        "symptom did not reproduce: at no rate from 0.01 to 0.1 did accuracy first rise and "
+        "then decay (at 0.1 it never rose)",
+    ),
+    Dropped(
+        "chemts_gru_loss_increases_lr",
+        "https://github.com/tsudalab/ChemTS/issues/3",
+        "symptom did not reproduce: the GRU language model trained alike at 0.02 and 0.002; "
+        "the loss never increased",
+    ),
+    Dropped(
+        "torchxrayvision_unnormalized_pixels",
+        "https://github.com/mlmed/torchxrayvision/issues/9",
+        "symptom did not reproduce: on [-1024, 1024] pixels the loss jumped to about 8e4 and "
+        "the network then died at ln 10; no inf or NaN appeared",
+    ),
+    Dropped(
+        "openillumi_large_scale_sigmoid_net",
+        "https://openillumi.com/en/en-pytorch-performance-fix-standardization",
+        "not eligible: a blog post retelling a problem, not a forum thread, a Stack Overflow "
+        "question or a project's GitHub issue",
+    ),
+)
+
+
+@cache
+def all_cases() -> tuple[Case, ...]:
+    """Every shipped case, by name."""
+    package = importlib.import_module("faultbench.realbugs.cases")  # the package of case modules
+    valid = labels()
+    found = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            found.append(Case.from_module(module, valid))
+    return tuple(found)
+
+
+def case_names() -> list[str]:
+    """The names of every shipped case."""
+    return [case.name for case in all_cases()]
+
+
+def get_case(name: str) -> Case:
+    """The case called ``name``.
+
+    Raises:
+        FaultbenchError: no such case (with the nearest name).
+    """
+    for case in all_cases():
+        if case.name == name:
+            return case
+    raise unknown_name("real-bug case", name, case_names())
+
+
+def counts_by_label() -> dict[str, int]:
+    """Shipped cases per label, in the labels' order."""
+    counted = Counter(case.label for case in all_cases())
+    return {label: counted[label] for label in labels() if counted[label]}
