@@ -166,13 +166,17 @@ def test_probe_of_a_classic_run_is_the_models_and_cross_entropy(digits_grid: Gri
 # -- the cache key follows a fault's code -------------------------------------------------
 
 PLUGIN = """
+\"\"\"A plug-in's fault{doc}.\"\"\"
+
 import numpy as np
 
-LIMIT = {limit}
+LIMIT = {limit}  # the largest |input|{comment}
 
 
 def _clip(X):
-    return np.clip(X, -LIMIT, LIMIT)
+    \"\"\"Clip the inputs{doc}.\"\"\"
+    # np.clip, not a mask{comment}
+    return np.clip(X, -LIMIT, LIMIT){statement}
 
 
 def _unrelated():
@@ -182,25 +186,37 @@ def _unrelated():
 def transform(recipe, severity):
     return recipe.replace(X_train=_clip(recipe.X_train))
 """
+PLAIN = {"limit": 3, "unrelated": 1, "doc": "", "comment": "", "statement": ""}
 
 
-def _module_hash(tmp_path: Path, **values: object) -> str:
-    """The hash of ``transform`` in a module written from PLUGIN with ``values``."""
-    (tmp_path / "fb_hash_plugin.py").write_text(PLUGIN.format(**values))
+def _module_hash(tmp_path: Path, **edits: object) -> str:
+    """The hash of ``transform`` in a module written from PLUGIN with ``edits`` to PLAIN."""
+    (tmp_path / "fb_hash_plugin.py").write_text(PLUGIN.format(**{**PLAIN, **edits}))
     sys.modules.pop("fb_hash_plugin", None)
     sys.path.insert(0, str(tmp_path))
+    dont_write = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # no cached bytecode of an earlier edit of the same size
     try:
         module = importlib.import_module("fb_hash_plugin")
     finally:
         sys.path.remove(str(tmp_path))
+        sys.dont_write_bytecode = dont_write
     return code_hash([module.transform])
 
 
 def test_code_hash_follows_helpers_and_constants_but_nothing_else(tmp_path: Path) -> None:
-    base = _module_hash(tmp_path, limit=3, unrelated=1)
-    assert _module_hash(tmp_path, limit=3, unrelated=22) == base  # a function it never calls
-    assert _module_hash(tmp_path, limit=44, unrelated=1) != base  # a constant its helper reads
-    assert _module_hash(tmp_path, limit=3, unrelated=1) == base
+    base = _module_hash(tmp_path)
+    assert _module_hash(tmp_path, unrelated=22) == base  # a function it never calls
+    assert _module_hash(tmp_path, limit=44) != base  # a constant its helper reads
+    assert _module_hash(tmp_path) == base
+    sys.modules.pop("fb_hash_plugin", None)
+
+
+def test_code_hash_ignores_docstrings_and_comments_but_not_statements(tmp_path: Path) -> None:
+    base = _module_hash(tmp_path)
+    assert _module_hash(tmp_path, doc=", edited") == base  # the module's and the helper's
+    assert _module_hash(tmp_path, comment=", edited") == base  # beside a constant and in a body
+    assert _module_hash(tmp_path, statement=" * 1") != base
     sys.modules.pop("fb_hash_plugin", None)
 
 
