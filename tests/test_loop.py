@@ -11,6 +11,7 @@ import torch
 
 import faultbench.training as training
 from faultbench import Monitor
+from faultbench.core import kernels
 from faultbench.faults.fault import FAULTS, HELD_OUT, base_setup, condition
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import EVALUATIONS, _Scorer, train
@@ -19,7 +20,13 @@ from faultbench.training.trace import Trace
 
 
 def _evaluated_in_place(task: str, fault: str) -> Trace:
-    """The loop of ``train``, written out, with each evaluation made at its step."""
+    """The loop of ``train``, written out, with each evaluation made at its step (on the
+    loop's CPU kernels: no oneDNN or NNPACK convolutions)."""
+    with kernels.backends():
+        return _written_out(task, fault)
+
+
+def _written_out(task: str, fault: str) -> Trace:
     setup = base_setup(get_task(task), 0)
     if fault:
         setup = condition(fault).apply(setup)
