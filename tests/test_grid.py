@@ -218,7 +218,6 @@ def test_levels_file_holds_only_known_knob_variants() -> None:
 #: with three healthy runs the prediction interval (t with 2 df, Bonferroni) is so wide
 #: that its mild level could hide in that noise.
 HEALTHY_SEEDS = 5
-WALL_CLOCK_FAULT = "starved_loader"  # its signal is the wall-clock share of a step spent waiting
 
 
 @pytest.fixture(scope="module")
@@ -254,14 +253,10 @@ def test_each_digits_level_manifests_and_effect_grows(level_runs) -> None:
         effects = [1000.0 if not r.ok else effect(r.trace, r.config, healthy) for r in runs]
         by_variant.setdefault(lv.variant, {})[lv.level] = float(np.median(effects))
     for variant, effects in by_variant.items():
+        # The starved loader's levels too: each waits its share of the step, on a busy
+        # machine as on a quiet one (tests/test_loading.py).
         ordered = [effects[name] for name in LEVELS if name in effects]
-        if variant.startswith(WALL_CLOCK_FAULT):
-            # The mild and moderate pauses are a fraction of a millisecond on digits, within
-            # what sleep overshoots by on a machine this suite keeps busy (0.1 ms quiet, more
-            # under load): only the step to the severe end of the knob is sure to show here.
-            assert ordered[-1] == max(ordered), f"{variant}: {effects}"
-        else:
-            assert ordered == sorted(ordered), f"{variant}: {effects}"
+        assert ordered == sorted(ordered), f"{variant}: {effects}"
 
 
 def test_run_json_reports_scores_per_level_with_intervals(shared_store_root: Path) -> None:

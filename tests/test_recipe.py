@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -233,37 +232,3 @@ def test_each_fault_keys_only_its_own_runs() -> None:
     )
     assert condition("frozen_layer").source_hash() != condition("dead_units").source_hash()
     assert Condition().source_hash() == ""
-
-
-# -- the starved loader waits relative to the run's own compute ----------------------------
-
-
-def _waits(ident: str, severity: float, compute: float) -> np.ndarray:
-    """Seconds each ``next()`` of the variant's loader takes, in a loop whose every
-    step computes for ``compute`` seconds (a sleep: as long on a busy machine)."""
-    recipe = condition((ident, severity)).apply(_digits())
-    batches = recipe.loader(recipe)
-    waits = []
-    for _ in range(40):
-        start = time.perf_counter()
-        next(batches)
-        waits.append(time.perf_counter() - start)
-        time.sleep(compute)
-    return np.array(waits)
-
-
-# (variant, most it may wait over 3x the compute). A pause sleeps, and a sleep ends on
-# time on a busy machine too; a slow Dataset's work is CPU work, which a machine busy
-# with other processes stretches (on a 2-core host at load 15: up to about 7x).
-@pytest.mark.parametrize(
-    ("ident", "most"), [("starved_loader", 4.5), ("starved_loader.slow_dataset", 9)]
-)
-def test_starved_loader_waits_a_multiple_of_the_loops_measured_compute(
-    ident: str, most: float
-) -> None:
-    for compute in (0.002, 0.008):  # a fast machine's step, and a slow one's
-        waits = _waits(ident, 3.0, compute)
-        own = np.median(waits[:20])  # the first steps are timed, not starved: what the
-        assert own < compute  # loader costs by itself (a DataLoader's collation, say)
-        ratio = (np.median(waits[25:]) - own) / compute
-        assert 2.5 < ratio < most, (compute, ratio)
