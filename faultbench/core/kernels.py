@@ -6,9 +6,10 @@ each choice changes the last bits of a sum: ATen's own vectorized kernels (none,
 AVX2 or AVX-512), MKL's matrix products (the linear and recurrent layers, and the
 convolutions ATen unrolls into them) and oneDNN's and NNPACK's convolutions (code
 generated for the processor). On an AVX-512 machine imitating an AVX2 one
-(``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``) each of the three changed the
-losses of a healthy run, and the shapes CNN ended at twice the loss. Pinned, every
-imitation trained the digits, synthetic, shapes and language runs to the same bits:
+(``ATEN_CPU_CAPABILITY=avx2``, ``MKL_ENABLE_INSTRUCTIONS=AVX2``,
+``ONEDNN_MAX_CPU_ISA=AVX2``) each of the three changed the losses of a healthy run, and
+the shapes CNN ended at up to twice the loss. Pinned, every imitation (AVX-512, AVX2,
+SSE4.2) trained the digits, synthetic, shapes and language runs to the same bits:
 
 - ATen: ``ATEN_CPU_CAPABILITY=default``, the kernels every x86-64 CPU runs;
 - MKL: ``MKL_CBWR=COMPATIBLE``, its reproducibility mode (the same results on every
