@@ -1,10 +1,17 @@
 """Shared fixtures: one trained grid per session, and a private record store.
 
 Training is the slow part of the suite, so the canonical digits grid (three
-seeds) is trained once, in parallel, and every test reads it.
+seeds) is trained once, in parallel, and every test reads it. Each test process
+(every pytest-xdist worker imports this file first) runs the pinned CPU kernels,
+as the command line does: fixtures and tests train in it.
 """
 
+# ruff: noqa: E402  (the pin comes before every import that may run torch)
 from __future__ import annotations
+
+from faultbench.core import kernels
+
+kernels.pin()
 
 from collections.abc import Iterator
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Engines: a Dask LocalCluster trains the same records as the local pool, run for run."""
+"""Engines: a Dask LocalCluster trains the same records as the local pool, run for run, on
+the pinned CPU kernels."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from faultbench.cli.main import main as cli_main
+from faultbench.core import kernels
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import condition_names
 from faultbench.storage.records import RunRecord, RunSpec
@@ -43,8 +45,12 @@ def assert_same_run(a: RunRecord, b: RunRecord) -> None:
 
 
 def test_dask_local_cluster_matches_local_engine_run_for_run(
-    digits_grid: dict[tuple[str, int], RunRecord], tmp_path: Path
+    digits_grid: dict[tuple[str, int], RunRecord],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    for name in kernels.ENVIRONMENT:  # the cluster pins its workers itself
+        monkeypatch.delenv(name)
     task = get_task("digits")
     specs = [
         RunSpec(task.name, task.fingerprint, record.spec.condition, 0)
@@ -55,6 +61,7 @@ def test_dask_local_cluster_matches_local_engine_run_for_run(
     engine = DaskEngine(workers=2)
     try:
         assert len(engine._client.scheduler_info()["workers"]) == 2
+        assert set(engine._client.run(kernels.capability).values()) == {kernels.CAPABILITY}
         got = list(ensure_records(specs, task, store=Store(tmp_path), engine=engine))
     finally:
         engine.close()

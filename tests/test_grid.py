@@ -264,10 +264,11 @@ def test_each_digits_level_manifests_on_drawn_bases_and_effect_grows(level_runs)
         effects = [1000.0 if not r.ok else effect(r.trace, r.config, healthy) for r in records]
         by_variant.setdefault(variant, {})[level] = float(np.median(effects))
     for variant, effects in by_variant.items():
+        # The starved loader's levels too: each waits its share of the step, on a busy
+        # machine as on a quiet one (tests/test_loading.py).
         ordered = [effects[name] for name in LEVELS if name in effects]
         # Each level's runs are on the same bases, the first the variant applies to.
-        assert ordered[-1] == max(ordered), f"{variant}: {effects}"
-        assert ordered[0] == min(ordered), f"{variant}: {effects}"
+        assert ordered == sorted(ordered), f"{variant}: {effects}"
 
 
 def test_levels_are_compared_at_two_significant_digits() -> None:

@@ -11,6 +11,7 @@ import torch
 
 import faultbench.training as training
 from faultbench import Monitor
+from faultbench.core import kernels
 from faultbench.faults.family import draw_design
 from faultbench.faults.fault import FAULTS, HELD_OUT, base_setup, condition
 from faultbench.faults.recipe import Recipe
@@ -21,7 +22,13 @@ from faultbench.training.trace import Trace
 
 
 def _evaluated_in_place(task: str, fault: str, drawn: bool) -> Trace:
-    """The loop of ``train``, written out, with each evaluation made at its step."""
+    """The loop of ``train``, written out, with each evaluation made at its step (on the
+    loop's CPU kernels: no oneDNN or NNPACK convolutions)."""
+    with kernels.backends():
+        return _written_out(task, fault, drawn)
+
+
+def _written_out(task: str, fault: str, drawn: bool) -> Trace:
     setup = _setup(task, fault, drawn)
     if fault:
         setup = condition(fault).apply(setup)

@@ -9,6 +9,7 @@ import pytest
 
 import faultbench.scoring.evaluate
 from faultbench.diagnosers.rules import RulesDiagnoser
+from faultbench.scoring import cache
 from faultbench.scoring.cache import DiagnosisCache
 from faultbench.scoring.diagnosis import get_diagnoser
 from faultbench.scoring.evaluate import Report, evaluate
@@ -97,6 +98,27 @@ def test_the_code_key_covers_the_diagnosers_and_data_sets_but_not_the_cli() -> N
     for module in (faultbench.faults.levels, faultbench.storage.store, faultbench.tools.bench):
         assert Path(module.__file__ or "").resolve() not in files
     assert len(files) == len(source_files())  # no file twice under two names
+
+
+def test_the_code_key_hashes_code_not_docstrings_and_comments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rewording a docstring of a diagnoser must not re-diagnose every stored run.
+    path = tmp_path / "rule.py"
+    monkeypatch.setattr(cache, "source_files", lambda: {"faultbench.diagnosers/rule.py": path})
+
+    def key(doc: str, limit: int, comment: str) -> str:
+        path.write_text(f'"""A rule{doc}."""\n\nLIMIT = {limit}  # why{comment}\n')
+        cache.diagnosis_code.cache_clear()
+        return cache.diagnosis_code()
+
+    try:
+        base = key("", 3, "")
+        assert key(", reworded", 3, ", edited") == base
+        assert key("", 44, "") != base
+    finally:
+        monkeypatch.undo()
+        cache.diagnosis_code.cache_clear()
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from faultbench.core import kernels
 from faultbench.core.errors import FaultbenchError
 
 #: Listed first in ``--help``; every other module of ``faultbench.cli.commands``
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (2 for bad input)."""
+    kernels.pin()  # before any verb imports torch: every run it trains is the same bits anywhere
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from faultbench.faults.fault import Severity, Variant
 from faultbench.faults.recipe import Batch, Recipe
 
-CALIBRATION_STEPS = 20  # steps a starved loader times before it starts to starve the loop
+CALIBRATION_STEPS = 20  # steps a starved loader times before it starves; its window after
+# The last part of a wait is spun, not slept: a sleep ends 70-150 us late here (up to
+# 0.3 ms in 1 of 100, idle or with the other core busy), a whole digits step's 0.3 ms.
+SPIN = 0.5e-3
 # The knob's range ends at the canonical 5x a step: the signal is the share of
 # each step spent waiting, m / (1 + m), 0.83 at 5x, and beyond it the share
 # barely moves (0.98 at 50x) while every multiple adds a step's worth of waiting
@@ -31,42 +36,84 @@ MOST_WAITING, LEAST_WAITING = 5.0, 0.2
 # -- starved_loader ------------------------------------------------------------
 
 
-def _paced(
-    batches: Iterator[Batch], multiple: float, wait: Callable[[float], None]
-) -> Iterator[Batch]:
-    """Yield from ``batches``; before fetching each, ``wait(multiple x compute per step)``.
+class _Updates:
+    """When the loop's last update ended: the wrapped ``recipe.update`` notes it."""
 
-    The compute per step is measured, not assumed: the median time the loop
-    spent between receiving a batch and asking for the next one, over its
-    first ``CALIBRATION_STEPS`` steps (which are not starved). So a severity
-    means the same share of waiting on a fast machine and on a slow one.
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def timed(self, recipe: Recipe) -> Recipe:
+        """``recipe`` whose update notes when it ends (and does nothing else)."""
+        inner = recipe.update
+
+        def update(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+            inner(model, optimizer, step)
+            self.last = time.perf_counter()
+
+        return recipe.replace(update=update)
+
+
+def _paced(
+    batches: Iterator[Batch],
+    multiple: float,
+    updates: _Updates,
+    work: Callable[[float], None] = lambda seconds: None,
+) -> Iterator[Batch]:
+    """Yield from ``batches``, each ``multiple`` x the compute per step after it was asked for.
+
+    A step's compute runs from handing its batch over to the end of its update (to
+    the next request in a loop that does not call ``recipe.update``): what the
+    Monitor times as compute, without its own recording or the loop's evaluations.
+    The first ``CALIBRATION_STEPS`` steps are timed, not starved; after them each
+    step waits ``multiple`` x the median compute of the last ``CALIBRATION_STEPS``
+    steps, plus what the starved steps' waits so far fell short of ``multiple`` x
+    their compute (less what they overshot: a sleep ending late, a busy machine
+    preempting the wait or the compute). So the starved steps' share of waiting is
+    ``m / (1 + m)`` as the Monitor measures it, on a fast machine and a slow one,
+    and on one that gets busier mid-run. ``work(seconds)`` hands the fetch its part
+    of the wait (a slow Dataset's items), less what fetching costs by itself; the
+    batch is then held until the wait is over, its last ``SPIN`` seconds spun.
     """
-    gaps: list[float] = []
-    per_step = 0.0
+    computes: deque[float] = deque(maxlen=CALIBRATION_STEPS)
+    overheads: deque[float] = deque(maxlen=CALIBRATION_STEPS)  # a fetch beyond its work
+    owed = 0.0  # multiple x the starved steps' compute, less their waits
     handed: float | None = None
+    starving = False
     while True:
-        if handed is not None and len(gaps) < CALIBRATION_STEPS:
-            gaps.append(time.perf_counter() - handed)
-            if len(gaps) == CALIBRATION_STEPS:
-                per_step = statistics.median(gaps)
-        wait(multiple * per_step)
+        asked = time.perf_counter()
+        if handed is not None:
+            computes.append((updates.last if updates.last > handed else asked) - handed)
+            if starving:
+                owed += multiple * computes[-1]
+        starving = len(computes) == CALIBRATION_STEPS
+        wait = max(0.0, multiple * statistics.median(computes) + owed) if starving else 0.0
+        given = max(0.0, wait - statistics.median(overheads)) if overheads else wait
+        work(given)
         batch = next(batches)
+        overheads.append(time.perf_counter() - asked - given)
+        _hold(asked + wait)
         handed = time.perf_counter()
+        if starving:
+            owed -= handed - asked
         yield batch
 
 
-def _sleep(seconds: float) -> None:
-    if seconds > 0:
-        time.sleep(seconds)
+def _hold(until: float) -> None:
+    """Return at ``until`` (a ``perf_counter`` time): sleep while it is far, then spin."""
+    left = until - time.perf_counter()
+    if left > SPIN:
+        time.sleep(left - SPIN)
+    while time.perf_counter() < until:
+        pass
 
 
 def _pause(recipe: Recipe, severity: float | None) -> Recipe:
-    inner, multiple = recipe.loader, float(severity or 0.0)
+    inner, multiple, updates = recipe.loader, float(severity or 0.0), _Updates()
 
     def paused(r: Recipe) -> Iterator[Batch]:
-        return _paced(inner(r), multiple, _sleep)
+        return _paced(inner(r), multiple, updates)
 
-    return recipe.replace(loader=paused)
+    return updates.timed(recipe.replace(loader=paused))
 
 
 class _SlowItems(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -80,8 +127,10 @@ class _SlowItems(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """
 
     def __init__(self, X: np.ndarray, y: np.ndarray) -> None:
-        self.X = torch.from_numpy(np.ascontiguousarray(X))
-        self.y = torch.from_numpy(np.ascontiguousarray(y))
+        # One tensor per example, made once: indexing the two tensors cost 2 us an item,
+        # 60 us a batch of 32, most of the 0.1 ms a digits step waits at 0.2x.
+        self.X = list(torch.from_numpy(np.ascontiguousarray(X)))
+        self.y = list(torch.from_numpy(np.ascontiguousarray(y)))
         self.work = 0.0  # seconds per item, set once the loop's pace is measured
         self.due = 0.0  # when the item being fetched is done
 
@@ -99,28 +148,39 @@ class _SlowItems(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return self.X[i], self.y[i]
 
 
+def _stacked(items: list[tuple[torch.Tensor, torch.Tensor]]) -> Batch:
+    """The batch ``default_collate`` makes (the items' tensors stacked), at two thirds
+    of its cost: a DataLoader's own cost is a wait too, most of a 0.2x digits one."""
+    inputs, targets = zip(*items, strict=True)
+    return torch.stack(inputs), torch.stack(targets)
+
+
 def _epochs(loader: DataLoader[Any]) -> Iterator[Batch]:
     while True:
         yield from loader
 
 
 def _slow_dataset(recipe: Recipe, severity: float | None) -> Recipe:
-    multiple = float(severity or 0.0)
+    multiple, updates = float(severity or 0.0), _Updates()
 
     def dataloader(r: Recipe) -> Iterator[Batch]:
         items = _SlowItems(r.X_train, r.y_train)
         size = min(r.batch_size, len(items))
         order = torch.Generator().manual_seed(r.seed)
-        loader = DataLoader(items, batch_size=size, shuffle=True, drop_last=True, generator=order)
+        loader = DataLoader(
+            items, size, shuffle=True, drop_last=True, generator=order, collate_fn=_stacked
+        )
 
         def per_item(seconds: float) -> None:
             items.start_batch(seconds / size)
 
-        return _paced(_epochs(loader), multiple, per_item)
+        return _paced(_epochs(loader), multiple, updates, per_item)
 
-    return recipe.replace(loader=dataloader)
+    return updates.timed(recipe.replace(loader=dataloader))
 
 
+# Both variants also wrap the recipe's update, only to time it (_Updates): the bug lives
+# in the loader.
 STARVED_LOADER: tuple[Variant, ...] = (
     Variant(
         "pause",

@@ -4,37 +4,25 @@ A variant's transform is rarely all of its code: it wraps a part with a
 helper, reads a constant, builds a small class. So the hash follows every
 name the code uses to the functions, classes and plain constants it means,
 across the fault modules (and a plug-in's own module), and hashes all of
-their text. Editing a helper retrains the runs of the variants that use it,
-and no others. The recipe's healthy parts are not followed: they belong to
-every run and are hashed with the training code.
+their code (:func:`~faultbench.core.codetext.code_text`: the text without its
+docstrings and comments). Editing a helper retrains the runs of the variants
+that use it, and no others; rewording its docstring or a comment retrains
+nothing. The recipe's healthy parts are not followed: they belong to every run
+and are hashed with the training code.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import inspect
-import textwrap
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from faultbench.core.codetext import code_text
+
 _SHARED = ("faultbench.faults.recipe", "faultbench.faults.architectures")  # in every run's key
 _CONSTANT = (int, float, str, bool, tuple, frozenset, type(None))
-
-
-def normalized_source(obj: Any) -> str:
-    """The code of ``obj`` (a module, class or function) without its docstrings and
-    comments: what it does, not how it is described, so an edit of its prose keys nothing."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        first = node.body[0] if node.body else None
-        docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-        if docstring and isinstance(first.value.value, str):  # type: ignore[union-attr]
-            node.body = node.body[1:] or [ast.Pass()]
-    return ast.unparse(tree)
 
 
 def code_hash(functions: list[Callable[..., Any]]) -> str:
@@ -46,7 +34,7 @@ def code_hash(functions: list[Callable[..., Any]]) -> str:
         key = f"{obj.__module__}.{obj.__qualname__}"
         if key in sources:
             continue
-        sources[key] = inspect.getsource(obj)
+        sources[key] = code_text(inspect.getsource(obj))
         for name, value in _globals_used(obj):
             if _followed(value, obj):
                 todo.append(value)

@@ -8,7 +8,9 @@ faultbench, its data sets and its diagnosers except those that only show or
 score answers, and the versions of the libraries they call)
 and the record's attempt id, and a later report reads it back instead of
 diagnosing again. A change to any of that code gives a new key, so a stale
-answer is never read.
+answer is never read; the files are hashed as code
+(:func:`~faultbench.core.codetext.code_text`), so a docstring or comment edit
+keeps every key and re-diagnoses nothing.
 
 Only shipped diagnosers asked for by their registered name are stored: a
 diagnoser object or a ``module:Class`` may hold state or code no key can see.
@@ -42,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from faultbench.core.codetext import code_text
 from faultbench.scoring.harness import Outcome
 from faultbench.storage.records import RunRecord, RunSpec, dumps, loads
 from faultbench.storage.store import Store
@@ -105,11 +108,12 @@ def source_files() -> dict[str, Path]:
 
 @cache
 def diagnosis_code() -> str:
-    """Hash of :func:`source_files` and of the versions of ``LIBRARIES``: what a
-    shipped diagnoser's answer can depend on."""
+    """Hash of :func:`source_files` (as code: without docstrings and comments) and of
+    the versions of ``LIBRARIES``: what a shipped diagnoser's answer can depend on."""
     digest = hashlib.sha256()
     for relative, path in source_files().items():
-        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
+        code = code_text(path.read_text(encoding="utf-8"))
+        digest.update(f"{relative}\0{code}\0".encode())
     for name in LIBRARIES:
         try:
             version = metadata.version(name)

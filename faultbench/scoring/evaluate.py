@@ -374,7 +374,8 @@ def evaluate(
     """Score ``diagnoser`` on every condition of ``task`` over ``seeds`` seeds.
 
     Stored runs are reused; missing ones are trained on ``engine`` (in this
-    process when omitted) and stored. A shipped diagnoser asked for by its
+    process when omitted, which then runs the pinned CPU kernels from here on:
+    :mod:`faultbench.core.kernels`) and stored. A shipped diagnoser asked for by its
     name has its answers stored beside the runs and read back by the next
     call with the same code (:mod:`faultbench.scoring.cache`). Every
     argument, the store and the diagnoser are checked before the first run trains.
@@ -412,8 +413,10 @@ def evaluate(
     Raises:
         FaultbenchError: unknown names, ``seeds`` or ``healthy_seeds`` below 1, an
             ``every`` the stored traces cannot be read at, a timeout that is not a
-            positive number, a store that cannot be one, or a diagnoser that does
-            not load in a worker process.
+            positive number, a store that cannot be one, a diagnoser that does not
+            load in a worker process, or a run to train in this process after torch
+            ran here with other CPU kernels (:class:`faultbench.core.kernels.Unpinned`:
+            pass a local engine).
     """
     from faultbench.storage.runner import ensure_records
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from faultbench.core.codetext import code_text
 from faultbench.faults.fault import Condition
 from faultbench.tasks.design import Design
 from faultbench.training.trace import RunConfig, Trace
@@ -96,10 +97,14 @@ def _faults_hash(condition: Condition) -> str:
 @cache
 def code_version() -> str:
     """Hash of the code every run goes through: the healthy recipe and its models, how
-    faults are applied, the loop, the monitor and its parts, the trace.
+    faults are applied, the loop, the monitor and its parts, the trace, and the CPU
+    kernels it pins (:mod:`faultbench.core.kernels`).
 
     A fault's own code is keyed apart, per fault (:meth:`Condition.source_hash`).
+    The modules are hashed as code (:func:`~faultbench.core.codetext.code_text`): an edit
+    to a docstring or a comment keeps every key.
     """
+    from faultbench.core import kernels
     from faultbench.faults import architectures, fault, recipe, source
     from faultbench.training import (
         activations,
@@ -115,8 +120,8 @@ def code_version() -> str:
 
     digest = hashlib.sha256()
     modules = (recipe, architectures, fault, source, loop, model, monitor, layers, activations)
-    for module in (*modules, widths, hostlog, hooks, trace):
-        digest.update(inspect.getsource(module).encode())
+    for module in (*modules, widths, hostlog, hooks, trace, kernels):
+        digest.update(code_text(inspect.getsource(module)).encode())
     return digest.hexdigest()[:12]
 
 

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 import torch
 from tqdm import tqdm
 
+from faultbench.core import kernels
 from faultbench.faults.fault import base_setup
 from faultbench.storage import records
 from faultbench.storage.records import RunRecord, RunSpec
@@ -38,7 +39,14 @@ def make_job(spec: RunSpec, task: Task | None = None) -> TrainJob:
 
 
 def train_record(job: TrainJob) -> RunRecord:
-    """Train one run and return its record (never raises for a failing run)."""
+    """Train one run and return its record (never raises for a failing run).
+
+    Raises:
+        Unpinned: this process's torch already runs CPU kernels other than the pinned
+            ones (:func:`faultbench.core.kernels.require`): not a failing run, a
+            process that must not train one.
+    """
+    kernels.require()
     start = time.perf_counter()
     spec = job.spec
     try:
@@ -184,6 +192,8 @@ def _train(
     jobs = [make_job(spec, task) for spec in locks]
     try:
         for job, result in engine.map_unordered(train_record, jobs):
+            if isinstance(result, kernels.Unpinned):
+                raise result  # nothing trained, nothing to store: the caller must move
             if isinstance(result, BaseException):
                 result = _failed(job, f"{type(result).__name__}: {result}", 0.0)
             result = stamped(result)

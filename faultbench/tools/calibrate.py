@@ -40,6 +40,7 @@ measured on other code.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -47,11 +48,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from faultbench.core.codetext import code_text
 from faultbench.faults.family import working_rates
 from faultbench.faults.fault import Condition, condition, find, inapplicable, variant_ids
 from faultbench.faults.levels import LEVELS, Level
 from faultbench.faults.recipe import base_setup
-from faultbench.faults.source import normalized_source
 from faultbench.scoring import manifest
 from faultbench.scoring.manifest import EFFECT_CAP, effect, manifestation
 from faultbench.storage.bases import Base, verified_bases
@@ -171,7 +172,7 @@ def measured_on(task: Task, ident: str) -> str:
     the training code, the variant's code, the family's working rates, the rule itself."""
     rates = sorted((name, lr) for name, lr in working_rates(task).items())
     parts = [task.fingerprint, code_version(), find(ident)[0].source_hash, repr(rates)]
-    parts += [normalized_source(module) for module in (sys.modules[__name__], manifest)]
+    parts += [code_text(inspect.getsource(module)) for module in (sys.modules[__name__], manifest)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 

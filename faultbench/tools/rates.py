@@ -18,13 +18,14 @@ good rate is stable, and it is where practitioners' defaults are (Adam at
 from __future__ import annotations
 
 import hashlib
+import inspect
 import statistics
 import sys
 from collections.abc import Callable
 
+from faultbench.core.codetext import code_text
 from faultbench.faults.family import RatePoint
 from faultbench.faults.fault import Condition
-from faultbench.faults.source import normalized_source
 from faultbench.storage.records import RunSpec, code_version
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -82,7 +83,7 @@ def sweep_rates(
 def measured_on(task: Task) -> str:
     """A hash of everything the sweep's numbers depend on: the task's data and reference
     recipe, the training code, and this rule."""
-    parts = [task.fingerprint, code_version(), normalized_source(sys.modules[__name__])]
+    parts = [task.fingerprint, code_version(), code_text(inspect.getsource(sys.modules[__name__]))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 

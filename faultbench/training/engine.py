@@ -2,6 +2,10 @@
 
 Workers only compute: they return records and the driver writes them, so a
 store never sees two writers. Every engine streams results as they finish.
+The local pool's and a local Dask cluster's workers run the pinned CPU kernels
+(:mod:`faultbench.core.kernels`) whatever their parent runs; the workers of an
+existing Dask scheduler must be started with its environment (a run refuses to
+train on one that is not).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol, TypeVar
 
+from faultbench.core import kernels
 from faultbench.core.errors import FaultbenchError
 
 T = TypeVar("T")
@@ -51,6 +56,9 @@ def _as_done(futures: Iterable[Future[R]]) -> Iterator[Future[R]]:
 
 
 def _init_worker() -> None:
+    # The pinned CPU kernels, set before this process imports torch (a pool's worker is
+    # a fresh process; its parent may be a notebook that was never pinned).
+    kernels.pin()
     # One torch thread per process: N processes on N cores beat N*N threads.
     import torch
 
@@ -195,6 +203,7 @@ class DaskEngine:
                 n_workers=n,
                 threads_per_worker=1,
                 processes=True,
+                env=kernels.ENVIRONMENT,  # set in each worker before it runs a task
                 dashboard_address=":0",  # any free port: 8787 may be taken
                 silence_logs=logging.ERROR,
             )

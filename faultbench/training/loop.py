@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from faultbench.core import kernels
 from faultbench.faults.recipe import Recipe
 from faultbench.training.model import build_model
 from faultbench.training.monitor import Monitor
@@ -45,11 +46,13 @@ def train(
 ) -> TrainResult:
     """Train one run. ``record=False`` is the bare loop the benchmark compares against.
 
-    The same recipe trains to the same numbers on any machine with the same
-    torch: one thread, deterministic algorithms, and every random draw
+    The same recipe trains to the same numbers on any x86-64 machine with the
+    same torch: one thread, deterministic algorithms, every random draw
     (initialization, batch order, dropout, a fault's own) seeded from
-    ``recipe.seed``. ``evaluate`` (default: as ``record``) runs the periodic
-    evaluations even without a monitor, which lets the benchmark price them apart.
+    ``recipe.seed``, and, in a process pinned before torch ran
+    (:mod:`faultbench.core.kernels`), CPU kernels that do not depend on the
+    processor. ``evaluate`` (default: as ``record``) runs the periodic evaluations
+    even without a monitor, which lets the benchmark price them apart.
     ``every`` is the Monitor's: the benchmark records every step (1), so each
     diagnoser is scored on the whole of every series; ``faultbench bench`` also
     prices the Monitor's own default.
@@ -90,14 +93,17 @@ def train(
 
 @contextlib.contextmanager
 def _reproducible() -> Iterator[None]:
-    """One thread and deterministic algorithms while a run trains; the caller's after."""
+    """One thread, deterministic algorithms and no convolutions generated for this
+    processor (:func:`faultbench.core.kernels.backends`) while a run trains; the
+    caller's settings after."""
     threads = torch.get_num_threads()
     strict = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.set_num_threads(THREADS)
     torch.use_deterministic_algorithms(True)
     try:
-        yield
+        with kernels.backends():
+            yield
     finally:
         torch.use_deterministic_algorithms(strict, warn_only=warn_only)
         torch.set_num_threads(threads)
