@@ -5,8 +5,9 @@ It trains on digits runs with seeds disjoint from every scored seed: the nine
 known faults at their canonical severities and healthy, each on the task's
 reference recipe and on a base drawn from digits' family (where the fault
 applies to it), and more healthy drawn bases, with balanced class weights, so
-that it learns the faults across designs rather than one recipe's numbers; its features are read off the traces as the Monitor records
-them by default (every 20th step), as every run it diagnoses is. The runs are
+that it learns the faults across designs rather than one recipe's numbers; its
+features are read off the traces as the Monitor records them by default (every
+20th step), as every run it diagnoses is. The runs are
 made through :func:`faultbench.storage.runner.ensure_records`, stored once and
 reused. The fitted forest is never pickled: refitting from the stored runs is
 deterministic and takes about a second, so it is simply refit in every process
