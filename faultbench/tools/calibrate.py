@@ -11,7 +11,8 @@ The rule, applied to measured runs only (no diagnoser is asked anything):
    one thing across the family.
 2. A severity is *visible* when the manifestation check
    (:func:`faultbench.scoring.manifest.manifestation`) finds its run outside the
-   healthy spread in every swept base. Its *effect* is the median over those
+   healthy spread in most swept bases (:data:`VISIBLE_SHARE`: a design can mask a fault,
+   as a normalization layer masks huge inputs). Its *effect* is the median over those
    bases of :func:`~faultbench.scoring.manifest.effect`: how many healthy
    standard deviations the run moved its most-moved signal, rounded to
    :data:`EFFECT_DIGITS` significant digits before any comparison, so that a
@@ -65,7 +66,7 @@ from faultbench.training.trace import RunConfig, Trace
 
 SEEDS = tuple(range(1000, 1010))  # calibration seeds: disjoint from every scored grid's 0..n-1
 SWEEP_BASES = 3  # the drawn bases each variant's sweep runs on
-VISIBLE_SHARE = 1.0  # a severity counts as visible only if every swept base shows it
+VISIBLE_SHARE = 2 / 3  # a severity counts as visible when most swept bases show it
 EFFECT_DIGITS = 2  # significant digits effects are compared at
 STEP = 1.2  # each level moves the signal at least 1.2x as far as the level below it
 SATURATED = 0.95  # "severe": the mildest severity within 5% of the sweep's largest effect
