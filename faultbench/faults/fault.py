@@ -33,7 +33,7 @@ from faultbench.tasks.task import Task
 HEALTHY = "healthy"
 OTHER_FAULT = "other_fault"  # the answer "something is broken, and it is none of the known faults"
 DEFAULT_VARIANT = "default"  # the variant name of a fault given as one transform
-PARTS = ("data", "model", "loss", "optimizer", "loader", "step")  # where a variant can live
+PARTS = ("data", "model", "loss", "optimizer", "loader", "step", "evaluation")  # where bugs live
 
 Transform = Callable[[Recipe, float | None], Recipe]
 

@@ -1,0 +1,137 @@
+"""Two small language-model tasks: generated prompt -> answer sequences, a causal transformer.
+
+- ``arithmetic`` (the tuned-on one): written-out arithmetic. ``<bos> [what is]
+  seven plus twelve =`` -> ``1 9 <eos>``: number words from zero to nineteen,
+  plus or minus (never below zero), the answer in digits. Each problem is
+  phrased three ways (bare, after "compute", after "what is"): the instruction
+  sits in the prompt and does not count in the loss, and the three phrasings
+  are one *source unit*, which the split keeps on one side.
+- ``lookup`` (held out): key-value recall in another language and at other
+  lengths. ``<bos> c 4 7 ; f 2 ; ? c :`` -> ``4 7 <eos>``: two or three
+  letter keys with one- or two-digit values, then a query. A table is a unit;
+  its queries (one per key) stay on one side of the split.
+
+Both train the same way: right-padded rows, the loss on the answer's tokens only
+(:mod:`faultbench.tasks.sequences`), validation by greedy decoding (exact match)
+and teacher-forced token accuracy. Their reference is a 2-block transformer of
+width 64 with 4 heads; the family draws 2 to 4 blocks of width 64 to 128, 2 or
+4 heads, a warm-up or not, dropout and the optimizer.
+"""
+
+from __future__ import annotations
+
+from faultbench.tasks.design import Design, Family, Network
+from faultbench.tasks.sequences import SPECIALS
+from faultbench.tasks.task import TASKS, Task, TrainDefaults
+
+ONES = (
+    *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
+    *("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen"),
+    *("eighteen", "nineteen"),
+)
+TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+DIGITS = tuple(str(d) for d in range(10))
+LARGEST = 999  # the numbers written out: 0 to LARGEST
+TO_DIGITS: tuple[tuple[str, ...], ...] = ((), ("write",), ("in", "digits"))  # the phrasings
+TO_WORDS: tuple[tuple[str, ...], ...] = ((), ("say",))
+SPLIT_SEED = 20_261_202  # the seed of both tasks' splits
+# Updates per run and examples per update: chosen on cost (a run of the reference in a
+# few seconds of one thread) and on healthy runs alone, as a task's recipe must be.
+STEPS = 200
+BATCH = 32
+LR = 3e-3  # Adam's rate for the reference (faultbench calibrate measures the family's)
+
+
+def words(n: int) -> tuple[str, ...]:
+    """``n`` (0 to 999) written out in English words, without "and": 342 -> three hundred
+    forty two."""
+    if n < 20:
+        return (ONES[n],)
+    if n < 100:
+        return (TENS[n // 10 - 2],) + (() if n % 10 == 0 else (ONES[n % 10],))
+    rest = n % 100
+    return (ONES[n // 100], "hundred") + (words(rest) if rest else ())
+
+
+def numbers_examples() -> list[tuple[tuple[str, ...], tuple[str, ...], int]]:
+    """Every number written out, in each phrasing, to its digits: (prompt, answer, unit)."""
+    return [
+        ((*prefix, *words(n), "="), tuple(str(n)), n)
+        for n in range(LARGEST + 1)
+        for prefix in TO_DIGITS
+    ]
+
+
+def spelling_examples() -> list[tuple[tuple[str, ...], tuple[str, ...], int]]:
+    """Every number's digits, in each phrasing, to its words: (prompt, answer, unit)."""
+    return [
+        ((*prefix, *str(n), "->"), words(n), n) for n in range(LARGEST + 1) for prefix in TO_WORDS
+    ]
+
+
+def _family() -> Family:
+    return Family(
+        "transformer",
+        optimizers=("adam", "adamw", "sgd", "rmsprop"),
+        depths=(2, 3, 4),
+        widths=(64, 96, 128),
+        activations=("gelu", "relu"),
+        norms=("layer",),
+        dropouts=(0.0, 0.1),
+        batch_sizes=(16, 32),
+        schedules=("constant", "warmup_decay"),
+        clips=(0.0, 1.0),
+        weight_decays=("off", "on"),
+        inits=("default",),
+        heads=(2, 4),
+    )
+
+
+def _reference() -> Design:
+    net = Network("transformer", widths=(64, 64), activation="gelu", norm="layer", dropout=0.1)
+    return Design(network=net, optimizer="adam", lr=LR, batch_size=BATCH)
+
+
+NOT_FOR_TOKENS = {
+    "huge_inputs": "inputs are token ids: scaling an index is not a huge input",
+    "dead_units": (
+        "its variants silence a hidden Linear layer of a fully connected stack; a transformer's "
+        "MLPs sit inside residual blocks, which a dead unit's output is added to, not cut from"
+    ),
+}
+
+
+def _task(name: str, examples: list, vocab: tuple[str, ...], context: int) -> Task:
+    defaults = TrainDefaults(
+        architecture="transformer", hidden=64, lr=LR, batch_size=BATCH, steps=STEPS
+    )
+    task = Task.from_sequences(
+        name,
+        examples,
+        vocab,
+        context=context,
+        defaults=defaults,
+        reference=_reference(),
+        family=_family(),
+        split_seed=SPLIT_SEED,
+    )
+    from dataclasses import replace
+
+    return replace(task, inapplicable=NOT_FOR_TOKENS)
+
+
+@TASKS.register("numbers")
+def build_numbers() -> Task:
+    """Numbers written out in words, to digits (0-999, 3 phrasings each); a 2-block transformer.
+
+    The sequence rules of the reference diagnosers were tuned on it.
+    """
+    vocab = (*SPECIALS, "write", "in", "digits", "=", *ONES, *TENS, "hundred", *DIGITS)
+    return _task("numbers", numbers_examples(), vocab, context=12)
+
+
+@TASKS.register("spelling")
+def build_spelling() -> Task:
+    """Numbers in digits, to words (0-999, 2 phrasings each); a 2-block transformer."""
+    vocab = (*SPECIALS, "say", "->", *DIGITS, *ONES, *TENS, "hundred")
+    return _task("spelling", spelling_examples(), vocab, context=11)
