@@ -1,15 +1,14 @@
 """Two small language-model tasks: generated prompt -> answer sequences, a causal transformer.
 
-- ``arithmetic`` (the tuned-on one): written-out arithmetic. ``<bos> [what is]
-  seven plus twelve =`` -> ``1 9 <eos>``: number words from zero to nineteen,
-  plus or minus (never below zero), the answer in digits. Each problem is
-  phrased three ways (bare, after "compute", after "what is"): the instruction
-  sits in the prompt and does not count in the loss, and the three phrasings
-  are one *source unit*, which the split keeps on one side.
-- ``lookup`` (held out): key-value recall in another language and at other
-  lengths. ``<bos> c 4 7 ; f 2 ; ? c :`` -> ``4 7 <eos>``: two or three
-  letter keys with one- or two-digit values, then a query. A table is a unit;
-  its queries (one per key) stay on one side of the split.
+- ``numbers`` (the tuned-on one): numbers written out, to digits. ``<bos>
+  [write | in digits] three hundred forty two =`` -> ``3 4 2 <eos>``, 0 to 999.
+  The instruction sits in the prompt and does not count in the loss. The
+  numbers that end alike (every phrasing of "... forty two") are one *source
+  unit*, which the split keeps on one side: validation asks for endings that
+  training never showed.
+- ``spelling`` (held out): the other way, in another language and at other
+  lengths: ``<bos> [say] 3 4 2 ->`` -> ``three hundred forty two <eos>``, a
+  number's two phrasings one unit.
 
 Both train the same way: right-padded rows, the loss on the answer's tokens only
 (:mod:`faultbench.tasks.sequences`), validation by greedy decoding (exact match)
@@ -54,9 +53,14 @@ def words(n: int) -> tuple[str, ...]:
 
 
 def numbers_examples() -> list[tuple[tuple[str, ...], tuple[str, ...], int]]:
-    """Every number written out, in each phrasing, to its digits: (prompt, answer, unit)."""
+    """Every number written out, in each phrasing, to its digits: (prompt, answer, unit).
+
+    A unit is the numbers that end alike (``n % 100``: "forty two", "one hundred forty
+    two", ... in every phrasing), as a document's chunks share its topic: split by unit,
+    validation asks for endings training never showed; split by example, it recalls them.
+    """
     return [
-        ((*prefix, *words(n), "="), tuple(str(n)), n)
+        ((*prefix, *words(n), "="), tuple(str(n)), n % 100)
         for n in range(LARGEST + 1)
         for prefix in TO_DIGITS
     ]

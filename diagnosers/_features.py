@@ -165,3 +165,66 @@ def inactive_share(run: Run) -> float:
     values = run.trace.inactive_share
     finite = values[np.isfinite(values)]
     return float(np.median(finite)) if len(finite) else 0.0
+
+
+# -- sequence models (a language model's run: the Monitor got per-token targets) ----------
+
+
+def is_sequence(run: Run) -> bool:
+    """Whether the run recorded per-token targets (the share of them counted in the loss)."""
+    return bool(np.isfinite(run.trace.counted_share).any())
+
+
+def _finite_mean(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else math.nan
+
+
+def padding_counted(run: Run) -> float:
+    """Mean share of padding positions whose target counted in the loss (nan: no mask given)."""
+    return _finite_mean(run.trace.padding_counted_share)
+
+
+def future_attention(run: Run) -> float:
+    """The largest mean share of attention on later positions, over the attention modules."""
+    means = [_finite_mean(v) for v in run.trace.attention_future.values()]
+    return max((m for m in means if math.isfinite(m)), default=math.nan)
+
+
+def final_token_acc(run: Run) -> float:
+    """Teacher-forced validation token accuracy at the last evaluation."""
+    return last(run.trace.val_token_acc)
+
+
+def lr_restarts(run: Run) -> int:
+    """Times the rate rises again after it had fallen (a schedule started over)."""
+    lr = run.trace.lr[np.isfinite(run.trace.lr)]
+    if len(lr) < 3:
+        return 0
+    step = np.sign(np.diff(lr))
+    moves = step[step != 0]
+    return int(np.sum((moves[1:] > 0) & (moves[:-1] < 0)))
+
+
+def update_jumps(run: Run, factor: float) -> int:
+    """Recorded steps after the first tenth whose mean update ratio over the layers exceeds
+    ``factor`` times its median there (an optimizer whose moments start over)."""
+    ratios = [np.asarray(v, dtype=np.float64) for v in run.trace.update_ratio.values()]
+    if not ratios:
+        return 0
+    mean = np.nanmean(np.vstack(ratios), axis=0)
+    late = mean[len(mean) // 10 :]
+    late = late[np.isfinite(late)]
+    if len(late) < 10:
+        return 0
+    return int(np.sum(late > factor * np.median(late)))
+
+
+def loss_jitter(run: Run) -> float:
+    """Median step-to-step change of the loss over the run's second half, over its median:
+    how much one batch's loss differs from the next's, relative to its level."""
+    loss = run.trace.loss[run.trace.steps // 2 :]
+    loss = loss[np.isfinite(loss)]
+    if len(loss) < 10 or float(np.median(loss)) <= 0:
+        return math.nan
+    return float(np.median(np.abs(np.diff(loss))) / np.median(loss))

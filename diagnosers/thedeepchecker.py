@@ -94,7 +94,7 @@ from faultbench.diagnosers._published import (
     weighted_layers,
 )
 from faultbench.scoring.diagnosis import DIAGNOSERS, UNKNOWN, Diagnosis
-from faultbench.scoring.run import Probe, Run
+from faultbench.scoring.run import Probe, Run, accuracy
 
 SEED = 42  # DeepChecker.setup's default seeds (numpy sampling, torch)
 
@@ -208,7 +208,7 @@ class _Programme:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        acc = float((out.argmax(dim=1) == y).float().mean()) if len(y) else math.nan
+        acc = accuracy(out, y) if len(y) else math.nan
         return float(loss.detach()), acc, out.detach(), {k: v.detach() for k, v in outputs.items()}
 
 

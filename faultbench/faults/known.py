@@ -5,7 +5,7 @@ the module of the part they break (:mod:`.inputs`, :mod:`.models`,
 :mod:`.optimization`, :mod:`.loading`), the bugs of training a language model
 in :mod:`.language`; the first variant of each is its classic form: the one
 the benchmark started with, which the classic grid runs. Registration order is
-the order of the labels: the nine classifier faults, then the seven of
+the order of the labels: the nine classifier faults, then the six of
 sequence models (which say why they cannot apply to a classifier's task).
 """
 
@@ -83,11 +83,6 @@ register(
     "resume_without_state",
     "training resumes from checkpoints without the optimizer's and the schedule's state",
     *language.RESUME_WITHOUT_STATE,
-)
-register(
-    "no_eval_mode",
-    "validation runs in training mode: dropout or batch statistics still on",
-    *language.NO_EVAL_MODE,
 )
 register(
     "leaky_split",

@@ -5,7 +5,7 @@ The labels a sequence recipe trains on are made in one place
 token ``t + 1``, the answer's tokens only); most of these bugs are that function
 written differently, in the collate step both splits go through. The others
 live in the model (the causal mask), the loss (how micro-batches are
-normalized), the optimizer's checkpoint, the evaluation and the split.
+normalized), the optimizer's checkpoint and the split.
 :mod:`faultbench.faults.known` registers them under their labels.
 
 Every variant says why it cannot apply to a run that is not a sequence task's
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench.faults.fault import Severity, Variant
-from faultbench.faults.recipe import Recipe, Schedule, Scorer
+from faultbench.faults.recipe import Recipe, Schedule
 from faultbench.faults.transformer import attention_modules
 from faultbench.tasks.sequences import IGNORE, SPECIALS, labels_where
 
@@ -258,42 +258,6 @@ RESUME_WITHOUT_STATE: tuple[Variant, ...] = (
         "optimizer",
         _fresh_optimizer,
         Severity(4.0, 1.0, 9.0, "resumes in the run, evenly spaced"),
-    ),
-)
-
-
-# -- no_eval_mode ----------------------------------------------------------------
-
-
-def _train_mode_validation(recipe: Recipe, severity: float | None) -> Recipe:
-    inner = recipe.make_scorer
-
-    def scorer(r: Recipe) -> Scorer:
-        score = inner(r)
-
-        def in_training_mode(model: nn.Module) -> dict[str, float]:
-            model.train()  # the validation loop follows `model.train()`; no `model.eval()`
-            return score(model)
-
-        return in_training_mode
-
-    return recipe.replace(make_scorer=scorer)
-
-
-def _behaves_differently(recipe: Recipe) -> str:
-    net = recipe.network
-    if net.dropout > 0 or net.norm == "batch":
-        return ""
-    return "the model has no dropout or batch normalization: eval mode changes nothing in it"
-
-
-NO_EVAL_MODE: tuple[Variant, ...] = (
-    Variant(
-        "train_mode",
-        "validation runs without `model.eval()`: dropout (or batch statistics) still on",
-        "evaluation",
-        _train_mode_validation,
-        why_not=_behaves_differently,
     ),
 )
 

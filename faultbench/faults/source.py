@@ -19,7 +19,12 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-_SHARED = ("faultbench.faults.recipe", "faultbench.faults.architectures")  # in every run's key
+_SHARED = (  # in every run's key
+    "faultbench.faults.recipe",
+    "faultbench.faults.architectures",
+    "faultbench.faults.tokens",
+    "faultbench.faults.transformer",
+)
 _CONSTANT = (int, float, str, bool, tuple, frozenset, type(None))
 
 

@@ -6,9 +6,9 @@
   per-token normalization, so a batch of long answers and one of short
   answers weigh each token alike.
 - :class:`SequenceScorer` is the evaluation: the answer's exact match by
-  greedy decoding from the prompt (the task's accuracy: ``val_acc`` and, on a
-  sample of the training examples, ``train_acc``), and, teacher-forced over
-  the validation labels, the token accuracy and the loss.
+  greedy decoding from the prompt (the task's accuracy: ``val_acc`` and
+  ``train_acc``, each on a sample), and, teacher-forced over all the
+  validation labels, the token accuracy and the loss.
 
 Both are module-level and plain, so a probe that carries the loss pickles.
 """
@@ -27,7 +27,12 @@ from faultbench.tasks.sequences import IGNORE
 if TYPE_CHECKING:
     from faultbench.faults.recipe import Recipe
 
-TRAIN_DECODE_SAMPLE = 128  # training examples decoded at each evaluation (decoding is the cost)
+# Examples decoded at each evaluation: decoding is most of a run's cost (an answer of k
+# tokens takes k forward passes over every row), so the exact match is measured on a sample
+# (the rows are in a random order: the first are a sample); the token accuracy and loss on
+# every validation example.
+TRAIN_DECODE_SAMPLE = 64
+VAL_DECODE_SAMPLE = 256
 
 
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -65,11 +70,11 @@ class SequenceScorer:
     def __init__(self, recipe: Recipe) -> None:
         seq = recipe.sequences
         assert seq is not None, "a sequence scorer needs a sequence task"
-        n = min(TRAIN_DECODE_SAMPLE, len(recipe.y_train))
+        n, v = min(TRAIN_DECODE_SAMPLE, len(recipe.y_train)), VAL_DECODE_SAMPLE
         self.n_train, self.pad = n, seq.pad
-        self.X = torch.from_numpy(np.concatenate([recipe.X_train[:n], recipe.X_val]))
-        self.prompt = torch.from_numpy(np.concatenate([seq.prompt_train[:n], seq.prompt_val]))
-        self.length = torch.from_numpy(np.concatenate([seq.length_train[:n], seq.length_val]))
+        self.X = torch.from_numpy(np.concatenate([recipe.X_train[:n], recipe.X_val[:v]]))
+        self.prompt = torch.from_numpy(np.concatenate([seq.prompt_train[:n], seq.prompt_val[:v]]))
+        self.length = torch.from_numpy(np.concatenate([seq.length_train[:n], seq.length_val[:v]]))
         self.X_val = torch.from_numpy(recipe.X_val)
         self.y_val = torch.from_numpy(recipe.y_val)
 

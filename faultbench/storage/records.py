@@ -100,9 +100,11 @@ def code_version() -> str:
 
     A fault's own code is keyed apart, per fault (:meth:`Condition.source_hash`).
     """
-    from faultbench.faults import architectures, fault, recipe, source
+    from faultbench.faults import architectures, fault, recipe, source, tokens, transformer
+    from faultbench.tasks import sequences
     from faultbench.training import (
         activations,
+        attention,
         hooks,
         hostlog,
         layers,
@@ -115,7 +117,8 @@ def code_version() -> str:
 
     digest = hashlib.sha256()
     modules = (recipe, architectures, fault, source, loop, model, monitor, layers, activations)
-    for module in (*modules, widths, hostlog, hooks, trace):
+    sequence_parts = (tokens, transformer, sequences, attention)  # a sequence task's run's
+    for module in (*modules, widths, hostlog, hooks, trace, *sequence_parts):
         digest.update(inspect.getsource(module).encode())
     return digest.hexdigest()[:12]
 

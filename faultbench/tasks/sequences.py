@@ -119,10 +119,11 @@ def split_by_unit(
     units: np.ndarray, *, val_fraction: float, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Row indices (train, validation): whole units go to one side, a ``val_fraction`` share of
-    the units to validation, drawn by ``seed``."""
+    the units to validation, drawn by ``seed``; each side in a random order (so the first
+    rows are a sample of the task, as an evaluation of a few training rows needs)."""
     distinct = np.unique(units)
     rng = np.random.Generator(np.random.PCG64(seed))
     n_val = max(1, round(val_fraction * len(distinct)))
     held = set(rng.choice(distinct, size=n_val, replace=False).tolist())
     is_val = np.array([int(u) in held for u in units], dtype=bool)
-    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
+    return rng.permutation(np.flatnonzero(~is_val)), rng.permutation(np.flatnonzero(is_val))

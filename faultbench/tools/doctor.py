@@ -28,7 +28,7 @@ import torch
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.scoring.diagnosis import Diagnoser, Diagnosis, get_diagnoser
-from faultbench.scoring.run import Probe, Run
+from faultbench.scoring.run import Probe, Run, accuracy
 from faultbench.training.monitor import Monitor
 
 PASS, FAIL, UNMEASURED = "pass", "fail", "not measured"
@@ -262,7 +262,7 @@ def memorize_check(run: Run, evidence: Mapping[str, Any] | None = None) -> Check
         out = model(X)
         run.probe.loss(out, y).backward()
         optimizer.step()
-        acc = float((out.detach().argmax(dim=1) == y).float().mean())
+        acc = accuracy(out, y)
         if acc == 1.0:
             return Check(name, f"100% after {step} steps", threshold, PASS)
     return Check(name, f"{acc:.0%} after {MEMORIZE_STEPS} steps", threshold, FAIL)
