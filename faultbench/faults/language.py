@@ -242,6 +242,15 @@ class _ResumedWithoutState:
             self.inner = self.make(self.optimizer, self.recipe)
 
 
+def _resumable(recipe: Recipe) -> str:
+    if recipe.sequences is not None:
+        return ""
+    return (
+        "run on sequence tasks only: the manifestation signals that show it (the rate's "
+        "restarts, the updates' jumps) are read on sequence runs, not on a classifier's"
+    )
+
+
 def _fresh_optimizer(recipe: Recipe, severity: float | None) -> Recipe:
     inner, resumes = recipe.make_schedule, int(severity or 1)
 
@@ -258,6 +267,7 @@ RESUME_WITHOUT_STATE: tuple[Variant, ...] = (
         "optimizer",
         _fresh_optimizer,
         Severity(4.0, 1.0, 9.0, "resumes in the run, evenly spaced"),
+        why_not=_resumable,
     ),
 )
 
