@@ -20,7 +20,7 @@ class Oracle(nn.Module):
         self.X, self.vocab, self.wrong_at = X, int(X.max()) + 1, wrong_at
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        n, t = ids.shape
+        t = ids.shape[1]
         nxt = torch.roll(self.X, -1, dims=1)[:, :t]
         if self.wrong_at is not None and self.wrong_at < t:
             nxt = nxt.clone()

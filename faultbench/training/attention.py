@@ -106,7 +106,7 @@ class AttentionWatch:
             watched.calls.append(watched.forwards - watched.assigned)
             watched.assigned = watched.forwards
 
-    def series(self) -> dict[str, dict[str, np.ndarray]]:
+    def series(self) -> dict[str, Any]:
         """Per attention module, per recorded step: the trace's attention fields (NaN: no
         forward that returned weights on that step)."""
         entropy: dict[str, np.ndarray] = {}
