@@ -204,27 +204,3 @@ def lr_restarts(run: Run) -> int:
     step = np.sign(np.diff(lr))
     moves = step[step != 0]
     return int(np.sum((moves[1:] > 0) & (moves[:-1] < 0)))
-
-
-def update_jumps(run: Run, factor: float) -> int:
-    """Recorded steps after the first tenth whose mean update ratio over the layers exceeds
-    ``factor`` times its median there (an optimizer whose moments start over)."""
-    ratios = [np.asarray(v, dtype=np.float64) for v in run.trace.update_ratio.values()]
-    if not ratios:
-        return 0
-    mean = np.nanmean(np.vstack(ratios), axis=0)
-    late = mean[len(mean) // 10 :]
-    late = late[np.isfinite(late)]
-    if len(late) < 10:
-        return 0
-    return int(np.sum(late > factor * np.median(late)))
-
-
-def loss_jitter(run: Run) -> float:
-    """Median step-to-step change of the loss over the run's second half, over its median:
-    how much one batch's loss differs from the next's, relative to its level."""
-    loss = run.trace.loss[run.trace.steps // 2 :]
-    loss = loss[np.isfinite(loss)]
-    if len(loss) < 10 or float(np.median(loss)) <= 0:
-        return math.nan
-    return float(np.median(np.abs(np.diff(loss))) / np.median(loss))

@@ -15,7 +15,11 @@ A sequence model's run (the trace holds per-token targets: the share counted in
 the loss) is first read by :data:`SEQUENCE`, the rules for the bugs of training
 a language model, written and tuned on the ``numbers`` task only (then frozen,
 and measured on ``spelling``). They fire on a classifier's run never: its trace
-has none of what they read.
+has none of what they read. Two of the bugs have no rule: a leaky split (a
+validation score "too good" needs the task's own generalization gap to compare
+with, which a trace does not hold: on a task that generalizes, a healthy run
+looks the same) and micro-batches averaged per batch (on numbers it only
+trained worse, with no signature of its own).
 """
 
 from __future__ import annotations
@@ -39,16 +43,13 @@ OTHER_FAULT = "other_fault"  # broken, and none of the nine (faultbench.faults' 
 SPIKE_SHARE = 0.01  # more than 1% of late steps above twice the start loss: not a fluke
 FLOOR_SLACK = 1e-3  # float rounding below the softmax floor
 # Sequence models (tuned on numbers):
-PADDING_COUNTED = 0.5  # over half the padding counted in the loss: its labels were never masked
+PADDING_COUNTED = 0.05  # a correct loss counts no padding at all; 5% is no rounding
 FUTURE_SHARE = 0.01  # a causal model puts exactly 0 on later positions; float noise is far below
 ACCUMULATED = 1.5  # a first loss this many times ln V: micro-batch losses summed, not averaged
 COPY_TOKENS = 0.9  # teacher-forced token accuracy this high ...
 COPY_EXACT = 0.1  # ... while greedy decoding gets this few answers: trained on what it sees
-TOKEN_GAP = 0.1  # token accuracy below the exact match by this much: other tokens are counted
-JUMP = 5.0  # an update this many times the run's median: the optimizer's moments started over
-JUMPS = 2  # and at least this many of them (a single one is a noisy batch)
-JITTER = 0.5  # late loss moving by half its level from one step to the next: a few examples
-# weigh as much as the rest of the batch
+TOKEN_GAP = 0.02  # token accuracy below the exact match by this much (the exact match is read
+# on a sample of 256 answers: about 0.03 of sampling error either way): other tokens count
 MIN_SEQUENCE_WIDTH = 16  # a language model's width is below its vocabulary by design; a layer
 # narrower than this holds no usable representation of a token
 
@@ -200,17 +201,10 @@ def tokens_behind_answers(run: Run) -> Finding:
 
 
 def restarted(run: Run) -> Finding:
-    """resume_without_state: the rate's schedule starts over mid-run, or the updates jump again
-    and again as an optimizer's do on their first step (its moments empty)."""
-    restarts, jumps = f.lr_restarts(run), f.update_jumps(run, JUMP)
-    return Finding(restarts > 0 or jumps >= JUMPS, {"lr_restarts": restarts, "update_jumps": jumps})
-
-
-def jittery_loss(run: Run) -> Finding:
-    """loss_normalization: the late loss jumps by much of its level from step to step, as it does
-    when a few examples' mean weighs as much as all the others'."""
-    jitter = f.loss_jitter(run)
-    return Finding(math.isfinite(jitter) and jitter > JITTER, {"loss_jitter": jitter})
+    """resume_without_state: the rate's schedule starts over mid-run (it rises again after it
+    had fallen), as a schedule rebuilt from a checkpoint that did not keep it does."""
+    restarts = f.lr_restarts(run)
+    return Finding(restarts > 0, {"lr_restarts": restarts})
 
 
 #: Rules for a sequence model's run, read before the others, in the order they are trusted.
@@ -221,7 +215,6 @@ SEQUENCE: tuple[tuple[str, Callable[[Run], Finding]], ...] = (
     ("labels_not_shifted", copies_what_it_sees),
     ("unmasked_loss", tokens_behind_answers),
     ("resume_without_state", restarted),
-    ("loss_normalization", jittery_loss),
 )
 
 #: Rules that decide on the trace alone, in the order they are trusted.

@@ -243,12 +243,17 @@ class _ResumedWithoutState:
 
 
 def _resumable(recipe: Recipe) -> str:
-    if recipe.sequences is not None:
-        return ""
-    return (
-        "run on sequence tasks only: the manifestation signals that show it (the rate's "
-        "restarts, the updates' jumps) are read on sequence runs, not on a classifier's"
-    )
+    if recipe.sequences is None:
+        return (
+            "run on sequence tasks only: the manifestation signal that shows it (the rate's "
+            "restarts) is read on sequence runs, not on a classifier's"
+        )
+    if recipe.design.schedule == "constant":
+        return (
+            "the rate is constant: a schedule rebuilt is the same schedule, and only the "
+            "optimizer's moments start over, which it rebuilds within a few steps"
+        )
+    return ""
 
 
 def _fresh_optimizer(recipe: Recipe, severity: float | None) -> Recipe:

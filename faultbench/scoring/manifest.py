@@ -103,27 +103,13 @@ def _sequence(t: Trace) -> bool:
 
 
 def _lr_restarts(t: Trace, c: RunConfig) -> float:
-    # Read on sequence runs only, as the next: the classifier tasks' levels were measured
-    # without them (NaN: not tested).
+    # Read on sequence runs only: the classifier tasks' levels were measured without it
+    # (NaN: not tested).
     if not _sequence(t):
         return math.nan
     moves = np.sign(np.diff(t.lr[np.isfinite(t.lr)]))
     moves = moves[moves != 0]
     return float(np.sum((moves[1:] > 0) & (moves[:-1] < 0)))
-
-
-JUMP = 3.0  # an update this many times the run's median update
-
-
-def _update_jumps(t: Trace, c: RunConfig) -> float:
-    if not _sequence(t) or not t.update_ratio:
-        return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(np.vstack(list(t.update_ratio.values())), axis=0)
-    late = mean[len(mean) // 10 :]
-    late = late[np.isfinite(late)]
-    return float(np.sum(late > JUMP * np.median(late))) if len(late) else math.nan
 
 
 #: Signal name -> function of (trace, config); each is relative to the run.
@@ -144,7 +130,6 @@ SIGNALS: dict[str, Callable[[Trace, RunConfig], float]] = {
     "future_attention": _future_attention,
     "val_token_acc": _val_token_acc,
     "lr_restarts": _lr_restarts,
-    "update_jumps": _update_jumps,
 }
 
 
