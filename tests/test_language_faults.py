@@ -168,3 +168,40 @@ def test_undivided_accumulation_sums_the_micro_batches() -> None:
     assert float(summed) == pytest.approx(float(halves[0] + halves[1]))
     assert float(mean) == pytest.approx(float((halves[0] + halves[1]) / 2))  # even halves
     assert find("loss_normalization")[1].severity is not None
+
+
+RULED = {  # variant -> what the frozen rules answer on the tuned-on task, from the trace alone
+    "labels_not_shifted": "labels_not_shifted",
+    "causal_mask_missing": "causal_mask_missing",
+    "unmasked_loss": "unmasked_loss",
+    "unmasked_loss.prompt": "unmasked_loss",
+    "loss_normalization": "loss_normalization",
+    "resume_without_state": "resume_without_state",
+    "label_mismatch.vocabulary": "label_mismatch",
+}
+
+
+@pytest.mark.parametrize("ident", sorted(RULED))
+def test_the_rules_name_the_lm_faults_they_were_written_for(ident: str, lm_grid: Grid) -> None:
+    from faultbench.diagnosers.rules import RulesDiagnoser
+    from faultbench.scoring.run import Run
+
+    design = _design(ident)
+    schedule = design.schedule if design else "constant"
+    for seed in range(SIGNAL_SEEDS):
+        record = lm_grid[(schedule, condition(ident).name, seed)]
+        assert record.trace is not None and record.config is not None
+        run = Run(TASK, seed, record.trace.sampled(20), record.config)  # as scored by default
+        assert RulesDiagnoser().diagnose(run).label == RULED[ident], (ident, seed)
+
+
+def test_the_rules_call_the_healthy_runs_healthy(lm_grid: Grid) -> None:
+    from faultbench.diagnosers.rules import RulesDiagnoser
+    from faultbench.scoring.run import Run
+
+    for schedule in ("constant", "warmup_decay"):
+        for seed in range(HEALTHY):
+            record = lm_grid[(schedule, "healthy", seed)]
+            assert record.trace is not None and record.config is not None
+            run = Run(TASK, seed, record.trace.sampled(20), record.config)
+            assert RulesDiagnoser().diagnose(run).label == "healthy", (schedule, seed)
