@@ -102,6 +102,10 @@ NOT_FOR_TOKENS = {
         "its variants silence a hidden Linear layer of a fully connected stack; a transformer's "
         "MLPs sit inside residual blocks, which a dead unit's output is added to, not cut from"
     ),
+    # Held-out faults written for class labels and fully connected stacks:
+    "sorted_classes": "an example is a token sequence, not one class to sort the data by",
+    "label_noise": "it moves a class label to another class; a sequence's labels are tokens",
+    "deep_sigmoid": "it stacks sigmoid fully connected layers; a transformer is residual blocks",
 }
 
 
