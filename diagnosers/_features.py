@@ -8,6 +8,7 @@ task's absolute scale leaks into a rule.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -196,11 +197,25 @@ def final_token_acc(run: Run) -> float:
     return last(run.trace.val_token_acc)
 
 
+RESTART_RISE = 0.1  # a rise of at least a tenth of the peak rate (a cosine decay computed one
+# step past its end rises by a millionth of it)
+
+
 def lr_restarts(run: Run) -> int:
-    """Times the rate rises again after it had fallen (a schedule started over)."""
-    lr = run.trace.lr[np.isfinite(run.trace.lr)]
+    """Times the rate rises again, by at least :data:`RESTART_RISE` of its peak, after it had
+    fallen (a schedule started over)."""
+    return restarts(run.trace.lr)
+
+
+def restarts(lr: np.ndarray) -> int:
+    """The count of :func:`lr_restarts` on a series of rates."""
+    lr = lr[np.isfinite(lr)]
     if len(lr) < 3:
         return 0
-    step = np.sign(np.diff(lr))
-    moves = step[step != 0]
-    return int(np.sum((moves[1:] > 0) & (moves[:-1] < 0)))
+    rise, count, low, fell = RESTART_RISE * float(lr.max()), 0, math.inf, False
+    for before, now in itertools.pairwise(lr):
+        if now < before:
+            fell, low = True, min(low, float(now))
+        elif fell and now - low >= rise:
+            count, fell, low = count + 1, False, math.inf
+    return count

@@ -100,7 +100,7 @@ def test_lm_faults_say_why_not_on_a_classifier(ident: str) -> None:
 
 @pytest.mark.parametrize(
     "ident",
-    ["huge_inputs", "dead_units", "label_mismatch", "too_small_model.bottleneck", *WARM_UP],
+    ["huge_inputs", "dead_units", "label_mismatch", "too_small_model.bottleneck"],
 )
 def test_classifier_faults_say_why_not_on_a_sequence_task(ident: str) -> None:
     assert inapplicable(ident, get_task(TASK))

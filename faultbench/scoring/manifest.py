@@ -11,6 +11,7 @@ effect" rather than as a diagnoser's miss. This is mutation testing's
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -107,9 +108,14 @@ def _lr_restarts(t: Trace, c: RunConfig) -> float:
     # (NaN: not tested).
     if not _sequence(t):
         return math.nan
-    moves = np.sign(np.diff(t.lr[np.isfinite(t.lr)]))
-    moves = moves[moves != 0]
-    return float(np.sum((moves[1:] > 0) & (moves[:-1] < 0)))
+    lr = t.lr[np.isfinite(t.lr)]
+    rise, count, low, fell = 0.1 * float(lr.max(initial=0.0)), 0, math.inf, False
+    for before, now in itertools.pairwise(lr):  # rises of a tenth of the peak after a fall
+        if now < before:
+            fell, low = True, min(low, float(now))
+        elif fell and now - low >= rise:
+            count, fell, low = count + 1, False, math.inf
+    return float(count)
 
 
 #: Signal name -> function of (trace, config); each is relative to the run.
