@@ -159,12 +159,16 @@ def test_undivided_accumulation_sums_the_micro_batches() -> None:
     logits = torch.randn(8, 5, 7, generator=g)
     labels = torch.randint(0, 7, (8, 5), generator=g)
     labels[:, :2] = IGNORE
-    mean = language.micro_batch_loss(logits, labels, sizes=(8,), divide=True)
+    mean = language.micro_batch_loss(logits, labels, parts=1, divide=True)
     halves = [
         torch.nn.functional.cross_entropy(logits[i].reshape(-1, 7), labels[i].reshape(-1))
         for i in (slice(0, 4), slice(4, 8))
     ]
-    summed = language.micro_batch_loss(logits, labels, sizes=(4, 4), divide=False)
+    summed = language.micro_batch_loss(logits, labels, parts=2, divide=False)
+    uneven = language.micro_batch_loss(logits, labels, small=1, divide=True)
+    one = torch.nn.functional.cross_entropy(logits[0], labels[0])
+    rest = torch.nn.functional.cross_entropy(logits[1:].reshape(-1, 7), labels[1:].reshape(-1))
+    assert float(uneven) == pytest.approx(float((one + rest) / 2))
     assert float(summed) == pytest.approx(float(halves[0] + halves[1]))
     assert float(mean) == pytest.approx(float((halves[0] + halves[1]) / 2))  # even halves
     assert find("loss_normalization")[1].severity is not None

@@ -147,20 +147,28 @@ UNMASKED_LOSS: tuple[Variant, ...] = (
 
 
 def micro_batch_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, sizes: tuple[int, ...], divide: bool
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    parts: int = 1,
+    small: int = 0,
+    divide: bool,
 ) -> torch.Tensor:
-    """The loss of a batch accumulated over micro-batches of ``sizes`` examples, each
-    micro-batch's loss its mean over its own counted tokens: averaged over the micro-batches
-    (``divide``) or summed (the division forgotten).
+    """The loss of a batch accumulated over micro-batches, each micro-batch's loss its mean
+    over its own counted tokens: averaged over the micro-batches (``divide``) or summed (the
+    division forgotten). The micro-batches: ``small`` examples then the rest, or else
+    ``parts`` as even as they come, of whatever batch the loss is given.
 
     One forward of the whole batch, then the micro-batches' losses: the same gradient as a
     backward pass per micro-batch (the model has no batch statistics), the same loss logged.
     """
-    parts = torch.split(torch.arange(len(labels), device=labels.device), list(sizes))
+    n = len(labels)
+    sizes = (small, n - small) if 0 < small < n else _sizes(n, parts)
+    parts_of = torch.split(torch.arange(n, device=labels.device), list(sizes))
     losses = torch.stack(
         [
             F.cross_entropy(logits[part].reshape(-1, logits.shape[-1]), labels[part].reshape(-1))
-            for part in parts
+            for part in parts_of
         ]
     )
     return losses.mean() if divide else losses.sum()
@@ -173,8 +181,8 @@ def _sizes(batch: int, parts: int) -> tuple[int, ...]:
 
 
 def _undivided(recipe: Recipe, severity: float | None) -> Recipe:
-    sizes = _sizes(recipe.batch_size, int(severity or 1))
-    return recipe.replace(loss=functools.partial(micro_batch_loss, sizes=sizes, divide=False))
+    parts = int(severity or 1)
+    return recipe.replace(loss=functools.partial(micro_batch_loss, parts=parts, divide=False))
 
 
 def _per_batch_mean(recipe: Recipe, severity: float | None) -> Recipe:
@@ -183,8 +191,7 @@ def _per_batch_mean(recipe: Recipe, severity: float | None) -> Recipe:
     # each averaged over its own tokens, then the two averaged, so the small one's few
     # tokens weigh as much as all the others.
     small = int(severity or 1)
-    sizes = (small, recipe.batch_size - small)
-    return recipe.replace(loss=functools.partial(micro_batch_loss, sizes=sizes, divide=True))
+    return recipe.replace(loss=functools.partial(micro_batch_loss, small=small, divide=True))
 
 
 def _accumulable(recipe: Recipe) -> str:
