@@ -130,9 +130,11 @@ def _task(name: str, examples: list, vocab: tuple[str, ...], context: int) -> Ta
 
 @TASKS.register("numbers")
 def build_numbers() -> Task:
-    """Numbers written out in words, to digits (0-999, 3 phrasings each); a 2-block transformer.
+    """Numbers written out in words, to digits (0-999, 3 phrasings); a transformer, ~4 s CPU a run.
 
-    The sequence rules of the reference diagnosers were tuned on it.
+    The sequence rules of the reference diagnosers were tuned on it. A run of the reference
+    (200 updates, every step recorded, 10 evaluations) measured 3.5 and 4.6 s of one thread's
+    CPU on this project's 2-core machine under a load of about 4 (seeds 0 and 1).
     """
     vocab = (*SPECIALS, "write", "in", "digits", "=", *ONES, *TENS, "hundred", *DIGITS)
     return _task("numbers", numbers_examples(), vocab, context=12)
@@ -140,6 +142,10 @@ def build_numbers() -> Task:
 
 @TASKS.register("spelling")
 def build_spelling() -> Task:
-    """Numbers in digits, to words (0-999, 2 phrasings each); a 2-block transformer."""
+    """Numbers in digits, to words (0-999, 2 phrasings); a transformer, ~3 s CPU a run.
+
+    A run of the reference measured 3.1 and 3.2 s of one thread's CPU (seeds 0 and 1), as
+    measured for numbers.
+    """
     vocab = (*SPECIALS, "say", "->", *DIGITS, *ONES, *TENS, "hundred")
     return _task("spelling", spelling_examples(), vocab, context=11)
