@@ -8,6 +8,7 @@ task's absolute scale leaks into a rule.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -165,3 +166,56 @@ def inactive_share(run: Run) -> float:
     values = run.trace.inactive_share
     finite = values[np.isfinite(values)]
     return float(np.median(finite)) if len(finite) else 0.0
+
+
+# -- sequence models (a language model's run: the Monitor got per-token targets) ----------
+
+
+def is_sequence(run: Run) -> bool:
+    """Whether the run recorded per-token targets (the share of them counted in the loss)."""
+    return bool(np.isfinite(run.trace.counted_share).any())
+
+
+def _finite_mean(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else math.nan
+
+
+def padding_counted(run: Run) -> float:
+    """Mean share of padding positions whose target counted in the loss (nan: no mask given)."""
+    return _finite_mean(run.trace.padding_counted_share)
+
+
+def future_attention(run: Run) -> float:
+    """The largest mean share of attention on later positions, over the attention modules."""
+    means = [_finite_mean(v) for v in run.trace.attention_future.values()]
+    return max((m for m in means if math.isfinite(m)), default=math.nan)
+
+
+def final_token_acc(run: Run) -> float:
+    """Teacher-forced validation token accuracy at the last evaluation."""
+    return last(run.trace.val_token_acc)
+
+
+RESTART_RISE = 0.1  # a rise of at least a tenth of the peak rate (a cosine decay computed one
+# step past its end rises by a millionth of it)
+
+
+def lr_restarts(run: Run) -> int:
+    """Times the rate rises again, by at least :data:`RESTART_RISE` of its peak, after it had
+    fallen (a schedule started over)."""
+    return restarts(run.trace.lr)
+
+
+def restarts(lr: np.ndarray) -> int:
+    """The count of :func:`lr_restarts` on a series of rates."""
+    lr = lr[np.isfinite(lr)]
+    if len(lr) < 3:
+        return 0
+    rise, count, low, fell = RESTART_RISE * float(lr.max()), 0, math.inf, False
+    for before, now in itertools.pairwise(lr):
+        if now < before:
+            fell, low = True, min(low, float(now))
+        elif fell and now - low >= rise:
+            count, fell, low = count + 1, False, math.inf
+    return count

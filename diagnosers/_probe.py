@@ -1,5 +1,7 @@
 """The memorization probe: can the run's model learn 16 of its own examples?
 
+(For a sequence model: 16 sequences, every counted token of them.)
+
 Any working model and loss drive a handful of examples to zero error at some
 sane learning rate. If one of three sane rates succeeds, the model, the data
 and the loss are able to learn, and a run that failed was failed by its loop
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from faultbench.scoring.run import Probe
+from faultbench.training.monitor import IGNORE_INDEX
 
 EXAMPLES = 16  # few enough that any working model memorizes them
 RATES = (1e-2, 1e-3, 1e-4)  # sane Adam rates; the fastest first, since most runs stop there
@@ -61,9 +64,15 @@ def _try_rate(
         if not math.isfinite(value):
             return step, False, best
         best = min(best, value)
-        if value < target and bool((out.argmax(dim=1) == y).all()):
+        if value < target and _all_right(out, y):
             return step, True, value
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     return MAX_STEPS, False, best
+
+
+def _all_right(out: torch.Tensor, y: torch.Tensor) -> bool:
+    """Every counted target predicted: a class per row, or a token per counted position of a
+    sequence model's ``(N, T, V)`` output (labels of -100 do not count)."""
+    return bool(((out.argmax(dim=-1) == y) | (y == IGNORE_INDEX)).all())

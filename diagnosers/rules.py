@@ -10,6 +10,16 @@ Written and tuned on digits only; its held-out score is measured on tasks it
 was not written for. ``other_fault`` (a run that plainly failed, with no rule
 to name why) was written from that principle alone, before any held-out-fault
 run was looked at.
+
+A sequence model's run (the trace holds per-token targets: the share counted in
+the loss) is first read by :data:`SEQUENCE`, the rules for the bugs of training
+a language model, written and tuned on the ``numbers`` task only (then frozen,
+and measured on ``spelling``). They fire on a classifier's run never: its trace
+has none of what they read. Two of the bugs have no rule: a leaky split (a
+validation score "too good" needs the task's own generalization gap to compare
+with, which a trace does not hold: on a task that generalizes, a healthy run
+looks the same) and micro-batches averaged per batch (on numbers it only
+trained worse, with no signature of its own).
 """
 
 from __future__ import annotations
@@ -32,6 +42,16 @@ UPDATE_RATIO = 1e-2  # 10x the ~1e-3 update/weight ratio of healthy training (Ka
 OTHER_FAULT = "other_fault"  # broken, and none of the nine (faultbench.faults' answer label)
 SPIKE_SHARE = 0.01  # more than 1% of late steps above twice the start loss: not a fluke
 FLOOR_SLACK = 1e-3  # float rounding below the softmax floor
+# Sequence models (tuned on numbers):
+PADDING_COUNTED = 0.05  # a correct loss counts no padding at all; 5% is no rounding
+FUTURE_SHARE = 0.01  # a causal model puts exactly 0 on later positions; float noise is far below
+ACCUMULATED = 1.5  # a first loss this many times ln V: micro-batch losses summed, not averaged
+COPY_TOKENS = 0.9  # teacher-forced token accuracy this high ...
+COPY_EXACT = 0.1  # ... while greedy decoding gets this few answers: trained on what it sees
+TOKEN_GAP = 0.02  # token accuracy below the exact match by this much (the exact match is read
+# on a sample of 256 answers: about 0.03 of sampling error either way): other tokens count
+MIN_SEQUENCE_WIDTH = 16  # a language model's width is below its vocabulary by design; a layer
+# narrower than this holds no usable representation of a token
 
 
 @dataclass(frozen=True)
@@ -97,9 +117,11 @@ def no_gradient(run: Run) -> Finding:
 
 
 def narrow_layer(run: Run) -> Finding:
-    """too_small_model: a hidden layer narrower than the classes it must separate."""
+    """too_small_model: a hidden layer narrower than the classes it must separate (a sequence
+    model's narrower than :data:`MIN_SEQUENCE_WIDTH`: its vocabulary is no bound)."""
     widths, classes = f.hidden_widths(run), f.n_classes(run)
-    fired = bool(widths) and min(widths) < classes
+    bound = MIN_SEQUENCE_WIDTH if f.is_sequence(run) else classes
+    fired = bool(widths) and min(widths) < bound
     return Finding(fired, {"hidden_widths": list(widths), "n_classes": classes})
 
 
@@ -133,6 +155,67 @@ def loss_floor(run: Run) -> Finding:
     fired = learned_well(run) and lowest >= floor * (1 - FLOOR_SLACK)
     return Finding(fired, {"min_loss": lowest, "softmax_floor": floor})
 
+
+# -- sequence models -----------------------------------------------------------------
+
+
+def padding_in_loss(run: Run) -> Finding:
+    """unmasked_loss: the padding's targets count in the loss (the Monitor was given a mask)."""
+    share = f.padding_counted(run)
+    return Finding(
+        math.isfinite(share) and share > PADDING_COUNTED, {"padding_counted_share": share}
+    )
+
+
+def attends_ahead(run: Run) -> Finding:
+    """causal_mask_missing: attention puts weight on later positions."""
+    share = f.future_attention(run)
+    return Finding(math.isfinite(share) and share > FUTURE_SHARE, {"future_attention": share})
+
+
+def loss_multiplied(run: Run) -> Finding:
+    """loss_normalization: the untrained model's loss is several times ln V (token ids cannot
+    be huge inputs: the losses of several micro-batches were summed)."""
+    first, lnv = f.first_loss(run), f.ln_c(run)
+    fired = math.isfinite(first) and first > ACCUMULATED * lnv
+    return Finding(fired, {"first_loss": first, "ln_v": lnv})
+
+
+def copies_what_it_sees(run: Run) -> Finding:
+    """labels_not_shifted: near-perfect teacher-forced tokens, yet greedy decoding writes almost
+    no answer: trained to predict a token it is shown (and, attention causal, not the next)."""
+    tokens, exact = f.final_token_acc(run), f.final_train_acc(run)
+    fired = math.isfinite(tokens) and tokens >= COPY_TOKENS and exact <= COPY_EXACT
+    return Finding(fired, {"val_token_acc": tokens, "train_exact_match": exact})
+
+
+def tokens_behind_answers(run: Run) -> Finding:
+    """unmasked_loss: the teacher-forced token accuracy is far below the answers' exact match.
+
+    Every answer token that greedy decoding writes right is right teacher-forced too, so the
+    labels count tokens that are not the answer's: the prompt's.
+    """
+    tokens, exact = f.final_token_acc(run), f.final_val_acc(run)
+    fired = math.isfinite(tokens) and math.isfinite(exact) and tokens < exact - TOKEN_GAP
+    return Finding(fired, {"val_token_acc": tokens, "val_exact_match": exact})
+
+
+def restarted(run: Run) -> Finding:
+    """resume_without_state: the rate's schedule starts over mid-run (it rises again after it
+    had fallen), as a schedule rebuilt from a checkpoint that did not keep it does."""
+    restarts = f.lr_restarts(run)
+    return Finding(restarts > 0, {"lr_restarts": restarts})
+
+
+#: Rules for a sequence model's run, read before the others, in the order they are trusted.
+SEQUENCE: tuple[tuple[str, Callable[[Run], Finding]], ...] = (
+    ("unmasked_loss", padding_in_loss),
+    ("causal_mask_missing", attends_ahead),
+    ("loss_normalization", loss_multiplied),
+    ("labels_not_shifted", copies_what_it_sees),
+    ("unmasked_loss", tokens_behind_answers),
+    ("resume_without_state", restarted),
+)
 
 #: Rules that decide on the trace alone, in the order they are trusted.
 PASSIVE: tuple[tuple[str, Callable[[Run], Finding]], ...] = (
@@ -181,12 +264,14 @@ class RulesDiagnoser:
 
     name = "rules"
     probes = True  # retrains the run through its probe
-    tuned_on: frozenset[str] | set[str] = frozenset({"digits"})
+    tuned_on: frozenset[str] | set[str] = frozenset({"digits", "numbers"})
 
     def diagnose(self, run: Run) -> Diagnosis:
-        """Name the first passive rule that fires, else ask the probe."""
+        """Name the first passive rule that fires (a sequence model's first), else ask the
+        probe."""
         evidence: dict[str, Any] = {}
-        for label, rule in PASSIVE:
+        rules = (*SEQUENCE, *PASSIVE) if f.is_sequence(run) else PASSIVE
+        for label, rule in rules:
             finding = rule(run)
             evidence[rule.__name__] = finding.evidence
             if finding.fired:

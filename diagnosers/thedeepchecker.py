@@ -94,7 +94,8 @@ from faultbench.diagnosers._published import (
     weighted_layers,
 )
 from faultbench.scoring.diagnosis import DIAGNOSERS, UNKNOWN, Diagnosis
-from faultbench.scoring.run import Probe, Run
+from faultbench.scoring.run import Probe, Run, accuracy
+from faultbench.training.monitor import IGNORE_INDEX
 
 SEED = 42  # DeepChecker.setup's default seeds (numpy sampling, torch)
 
@@ -180,6 +181,9 @@ class _Programme:
 
     def sample(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``InputData.get_sample``: ``int(size / C)`` examples of each class, with repeats."""
+        if self.y.dim() > 1:  # a sequence model's rows have no one class: rows, with repeats
+            rows = torch.from_numpy(self.rng.choice(len(self.y), size))
+            return self.X[rows], self.y[rows]
         per_class = int(size / self.n_classes)
         labels = self.y.numpy()
         picks = [
@@ -208,7 +212,7 @@ class _Programme:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        acc = float((out.argmax(dim=1) == y).float().mean()) if len(y) else math.nan
+        acc = accuracy(out, y) if len(y) else math.nan
         return float(loss.detach()), acc, out.detach(), {k: v.detach() for k, v in outputs.items()}
 
 
@@ -230,6 +234,8 @@ def pre_checks(p: _Programme) -> Iterator[Logged]:
     model, optimizer = p.fresh()
     weights, biases = _tensors(model)
     y = p.y.numpy()
+    if y.ndim > 1:  # a sequence model's targets: the tokens its loss counts, as classes
+        y = y[y != IGNORE_INDEX]
     alerts = [
         *dc.check_features(p.X.double().numpy()),
         *dc.check_targets(y, p.n_classes),
@@ -249,7 +255,11 @@ def _initial_loss(p: _Programme, model: nn.Module) -> list[dc.Alert]:
     with torch.no_grad():
         while n <= dc.SIZE_GROWTH_RATE * dc.SIZE_GROWTH_ITERS:
             losses.append(
-                float(p.probe.loss(model(X.repeat(n, *[1] * (X.dim() - 1))), y.repeat(n)))
+                float(
+                    p.probe.loss(
+                        model(X.repeat(n, *[1] * (X.dim() - 1))), y.repeat(n, *[1] * (y.dim() - 1))
+                    )
+                )
             )
             n *= dc.SIZE_GROWTH_RATE
         initial = float(p.probe.loss(model(X), y))
@@ -403,7 +413,10 @@ def overfit_phase(p: _Programme) -> Iterator[Logged]:
             k: w.grad.detach().double().numpy() if w.grad is not None else np.zeros(tuple(w.shape))
             for k, w in hooks.weights.items()
         }
-        probs = F.softmax(out.double(), dim=1).numpy() if out.dim() == 2 else out.double().numpy()
+        if out.dim() >= 2:  # a sequence model's positions are rows of class scores too
+            probs = F.softmax(out.double().reshape(-1, out.shape[-1]), dim=-1).numpy()
+        else:
+            probs = out.double().numpy()
         found = hooks.after(i, before, grads, probs, _numpy(outputs), loss, acc)
         yield from (Logged("overfit", key, numbers, i) for key, numbers in found)
 

@@ -1,4 +1,5 @@
-"""The models a recipe can build: an MLP, a small CNN for images, a recurrent net for tokens.
+"""The models a recipe can build: an MLP, a small CNN for images, a recurrent net or a
+small causal transformer (:mod:`.transformer`) for tokens.
 
 A :class:`Network` says what a practitioner chose (depth and widths, the
 activation, normalization, dropout, initialization; the CNN's convolutions,
@@ -18,6 +19,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from faultbench.faults.transformer import transformer
 from faultbench.tasks.design import ARCHITECTURES, CELLS, DOWNSAMPLES, INITS, NORMS, Network
 
 __all__ = ["ACTIVATIONS", "LastState", "Network", "Tokens", "build"]
@@ -68,6 +70,16 @@ def build(net: Network, *, n_features: int, n_classes: int, image_side: int) -> 
     if not net.widths:
         raise ValueError("a model needs at least one hidden width")
     _check(net)
+    if net.architecture == "transformer":  # n_features: the context; n_classes: the vocabulary
+        return transformer(
+            vocab=n_classes,
+            context=n_features,
+            widths=net.widths,
+            heads=net.heads,
+            activation=ACTIVATIONS[net.activation],
+            dropout=net.dropout,
+            block_names=net.hidden_names,
+        )
     layers, width = _front(net, n_features, n_classes, image_side)
     act = ACTIVATIONS[net.activation]
     act_name = act.__name__.lower()

@@ -33,7 +33,7 @@ from faultbench.tasks.task import Task
 HEALTHY = "healthy"
 OTHER_FAULT = "other_fault"  # the answer "something is broken, and it is none of the known faults"
 DEFAULT_VARIANT = "default"  # the variant name of a fault given as one transform
-PARTS = ("data", "model", "loss", "optimizer", "loader", "step")  # where a variant can live
+PARTS = ("data", "model", "loss", "optimizer", "loader", "step", "evaluation")  # where bugs live
 
 Transform = Callable[[Recipe, float | None], Recipe]
 
@@ -323,11 +323,19 @@ def canonical_conditions(
 ) -> list[Condition]:
     """One condition per label (the classic grid), each fault at its canonical severity.
 
-    With ``task``, faults the task declares inapplicable are left out (the
-    report lists them with the reason, so nothing is skipped silently).
+    With ``task``, faults whose classic form cannot apply to it are left out: those
+    the task declares inapplicable, and those whose first variant says why not
+    (a language model's bug on a classifier's task). The report lists them with
+    the reason (:func:`moot`), so nothing is skipped silently.
     """
-    skip = task.inapplicable if task is not None else {}
+    skip = moot(task) if task is not None else {}
     return [condition(name) for name in (names or condition_names()) if name not in skip]
+
+
+def moot(task: Task) -> dict[str, str]:
+    """Known fault -> why its classic form cannot apply to ``task`` (the task's own list
+    included), for every fault that cannot."""
+    return {name: why for name in FAULTS.names() if (why := inapplicable(name, task))}
 
 
 def variant_ids(*, held_out: bool | None = None) -> list[str]:

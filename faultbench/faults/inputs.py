@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from faultbench.faults.fault import Severity, Variant
+from faultbench.faults.language import TWO_VOCABULARIES
 from faultbench.faults.recipe import Recipe
 
 # -- huge_inputs ---------------------------------------------------------------
@@ -51,6 +52,12 @@ def _pixels(recipe: Recipe, severity: float | None) -> Recipe:
         return ((X - low) * (255.0 / (high - low))).astype(np.float32)
 
     return recipe.replace(X_train=as_bytes(recipe.X_train), X_val=as_bytes(recipe.X_val))
+
+
+def _classes_only(recipe: Recipe) -> str:
+    if recipe.sequences is None:
+        return ""
+    return "the targets are next tokens, not classes (label_mismatch.vocabulary: their mapping)"
 
 
 def _images_only(recipe: Recipe) -> str:
@@ -108,6 +115,8 @@ def _two_encoders(recipe: Recipe, severity: float | None) -> Recipe:
 
 
 def _encoders_differ(recipe: Recipe) -> str:
+    if recipe.sequences is not None:
+        return _classes_only(recipe)
     recode = _by_appearance(recipe.y_val, recipe.n_classes)
     if (recode == np.arange(recipe.n_classes)).all():
         return "the validation labels first appear in sorted order: both encoders agree"
@@ -126,6 +135,7 @@ LABEL_MISMATCH: tuple[Variant, ...] = (
         "the training labels are off by one class (a 1-based class list read as 0-based)",
         "data",
         _shifted,
+        why_not=_classes_only,
     ),
     Variant(
         "two_encoders",
@@ -139,5 +149,7 @@ LABEL_MISMATCH: tuple[Variant, ...] = (
         "a hand-written class mapping swaps two classes in the training labels",
         "data",
         _swapped,
+        why_not=_classes_only,
     ),
+    TWO_VOCABULARIES,
 )

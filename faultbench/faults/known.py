@@ -1,15 +1,17 @@
-"""The nine known faults, each in the forms it takes in real training scripts.
+"""The known faults, each in the forms it takes in real training scripts.
 
 Their names are the labels a diagnoser answers. Each fault's variants live in
 the module of the part they break (:mod:`.inputs`, :mod:`.models`,
-:mod:`.optimization`, :mod:`.loading`); the first variant of each is its
-classic form: the one the benchmark started with, which the classic grid runs.
-Registration order is the order of the labels.
+:mod:`.optimization`, :mod:`.loading`), the bugs of training a language model
+in :mod:`.language`; the first variant of each is its classic form: the one
+the benchmark started with, which the classic grid runs. Registration order is
+the order of the labels: the nine classifier faults, then the six of
+sequence models (which say why they cannot apply to a classifier's task).
 """
 
 from __future__ import annotations
 
-from faultbench.faults import inputs, loading, models, optimization
+from faultbench.faults import inputs, language, loading, models, optimization
 from faultbench.faults.fault import register
 
 register(
@@ -56,4 +58,34 @@ register(
     "frozen_layer",
     "a layer that should learn never changes: it is frozen by mistake",
     *optimization.FROZEN_LAYER,
+)
+register(
+    "labels_not_shifted",
+    "a language model's labels are not shifted: it is trained to copy the current token",
+    *language.LABELS_NOT_SHIFTED,
+)
+register(
+    "causal_mask_missing",
+    "attention has no causal mask: training sees the future, greedy decoding fails",
+    *language.CAUSAL_MASK_MISSING,
+)
+register(
+    "unmasked_loss",
+    "the loss counts tokens it should ignore: the padding, or the prompt",
+    *language.UNMASKED_LOSS,
+)
+register(
+    "loss_normalization",
+    "micro-batch losses are normalized inconsistently: undivided, or per batch not per token",
+    *language.LOSS_NORMALIZATION,
+)
+register(
+    "resume_without_state",
+    "training resumes from checkpoints without the optimizer's and the schedule's state",
+    *language.RESUME_WITHOUT_STATE,
+)
+register(
+    "leaky_split",
+    "validation shares source units with training: its score is too good to be true",
+    *language.LEAKY_SPLIT,
 )

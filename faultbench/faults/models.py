@@ -147,6 +147,8 @@ DEAD_UNITS: tuple[Variant, ...] = (
 
 
 def _narrow(recipe: Recipe, severity: float | None) -> Recipe:
+    if recipe.architecture == "transformer":  # one residual width: every block is that narrow
+        return recipe.replace(widths=(int(severity or 1),) * len(recipe.network.widths), heads=1)
     widths = list(recipe.network.widths)
     at = recipe.network.hidden_names.index(recipe.pick_hidden("too_small_model"))
     widths[at] = int(severity or 1)
@@ -163,6 +165,12 @@ def _bottleneck(recipe: Recipe, severity: float | None) -> Recipe:
 
 def _one_channel(recipe: Recipe, severity: float | None) -> Recipe:
     return recipe.replace(channels=(*recipe.network.channels[:-1], 1))
+
+
+def _stacked_only(recipe: Recipe) -> str:
+    if recipe.architecture != "transformer":
+        return ""
+    return "a transformer's blocks add to one residual stream: no layer narrows what follows"
 
 
 def _convolutional_only(recipe: Recipe) -> str:
@@ -184,6 +192,7 @@ TOO_SMALL_MODEL: tuple[Variant, ...] = (
         "model",
         _bottleneck,
         Severity(2.0, 1.0, 8.0, _WIDTH, worse_when_higher=False),
+        why_not=_stacked_only,
     ),
     Variant(
         "one_channel",
@@ -201,7 +210,7 @@ TOO_SMALL_MODEL: tuple[Variant, ...] = (
 def _with_softmax(inner: Callable[[Recipe], nn.Module]) -> Callable[[Recipe], nn.Module]:
     def softmax_head(r: Recipe) -> nn.Module:
         model = inner(r)
-        model.add_module("softmax", nn.Softmax(dim=1))
+        model.add_module("softmax", nn.Softmax(dim=-1))  # the classes: dim 1 of (N, C) outputs
         return model
 
     return softmax_head
@@ -209,6 +218,12 @@ def _with_softmax(inner: Callable[[Recipe], nn.Module]) -> Callable[[Recipe], nn
 
 def _softmax_module(recipe: Recipe, severity: float | None) -> Recipe:
     return recipe.replace(make_model=_with_softmax(recipe.make_model))
+
+
+def _class_loss(recipe: Recipe) -> str:
+    if recipe.sequences is None:
+        return ""
+    return "the targets are next tokens: nll_loss would read the positions as classes"
 
 
 def _nll_of_probabilities(recipe: Recipe, severity: float | None) -> Recipe:
@@ -227,5 +242,6 @@ SOFTMAX_BEFORE_LOSS: tuple[Variant, ...] = (
         "the model ends in `nn.Softmax` (not `LogSoftmax`), and its output goes into `nll_loss`",
         "model+loss",
         _nll_of_probabilities,
+        why_not=_class_loss,
     ),
 )

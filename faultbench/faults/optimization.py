@@ -146,6 +146,23 @@ def _zero_lr(recipe: Recipe, severity: float | None) -> Recipe:
     return recipe.replace(param_groups=hidden_at_rate_zero)
 
 
+def _frozen_embedding(recipe: Recipe, severity: float | None) -> Recipe:
+    inner = recipe.make_model
+
+    def embedding_frozen(r: Recipe) -> nn.Module:
+        model = inner(r)
+        next(m for m in model.modules() if isinstance(m, nn.Embedding)).requires_grad_(False)
+        return model
+
+    return recipe.replace(make_model=embedding_frozen)
+
+
+def _reads_tokens(recipe: Recipe) -> str:
+    if recipe.architecture in ("gru", "transformer"):
+        return ""
+    return "the model reads features, not token ids: it has no embedding"
+
+
 FROZEN_LAYER: tuple[Variant, ...] = (
     Variant(
         "left_out",
@@ -164,5 +181,12 @@ FROZEN_LAYER: tuple[Variant, ...] = (
         "a hidden layer sits in a parameter group whose learning rate is 0",
         "optimizer",
         _zero_lr,
+    ),
+    Variant(
+        "embedding",
+        "the token embedding is frozen (`requires_grad = False`), kept from a first stage",
+        "model",
+        _frozen_embedding,
+        why_not=_reads_tokens,
     ),
 )

@@ -14,6 +14,12 @@ A run is built from parts, each where a user's script has it::
         clip(model, optimizer, step)       clipped
         update(model, optimizer, step)     and applied
         schedule.step()                    the rate moves on
+    score = make_scorer(recipe)            the evaluation, at a few steps:
+    model.eval(); score(model)             accuracies and validation loss
+
+A sequence task's recipe (``sequences`` set: token rows, labels with ignored
+positions) has the same parts: a transformer, the token loss and greedy
+decoding for its evaluation (:mod:`faultbench.faults.tokens`).
 
 A recipe's :class:`~faultbench.tasks.design.Design` holds the choices a
 practitioner made (network, optimizer and rate, batch size, schedule,
@@ -35,7 +41,7 @@ import math
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -45,7 +51,9 @@ from torch.optim import lr_scheduler
 from torch.optim.lr_scheduler import LRScheduler
 
 from faultbench.faults.architectures import build
+from faultbench.faults.tokens import sequence_scorer, token_cross_entropy
 from faultbench.tasks.design import Design, Network
+from faultbench.tasks.sequences import Sequences
 from faultbench.tasks.task import Task
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -55,7 +63,23 @@ GroupsFactory = Callable[[nn.Module, "Recipe"], list[dict[str, Any]]]
 OptimizerFactory = Callable[[list[dict[str, Any]], "Recipe"], torch.optim.Optimizer]
 LoaderFactory = Callable[["Recipe"], Iterator[Batch]]
 StepPart = Callable[[nn.Module, torch.optim.Optimizer, int], None]
-ScheduleFactory = Callable[[torch.optim.Optimizer, "Recipe"], LRScheduler]
+
+
+class Schedule(Protocol):
+    """What the loop asks of a schedule: a step after each update (torch's LRScheduler)."""
+
+    def step(self) -> None: ...
+
+
+class Scorer(Protocol):
+    """An evaluation: scores a model (in eval mode) on the run's data."""
+
+    def __call__(self, model: nn.Module) -> dict[str, float]: ...
+
+
+ScheduleFactory = Callable[[torch.optim.Optimizer, "Recipe"], Schedule]
+ScorerFactory = Callable[["Recipe"], Scorer]
+TRAIN_EVAL_SAMPLE = 512  # training examples a classifier's evaluation scores
 
 
 WARMUP_SHARE = 0.1  # share of the run a warm-up schedule spends reaching its peak
@@ -140,6 +164,11 @@ def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int
     optimizer.step()
 
 
+def class_scorer(recipe: Recipe) -> Scorer:
+    """A classifier's evaluation: argmax accuracy on a training sample and on validation."""
+    return ClassScorer(recipe)
+
+
 @dataclass(frozen=True, eq=False)
 class Recipe:
     """Everything one training run is made of; faults return modified copies."""
@@ -162,7 +191,9 @@ class Recipe:
     clear: StepPart = zero_gradients  # before backward: where zero_grad lives
     clip: StepPart = no_clipping  # between backward and the update: where clipping lives
     update: StepPart = optimizer_step  # applies the gradients: where optimizer.step() lives
+    make_scorer: ScorerFactory = class_scorer  # the evaluation: accuracies and validation loss
     inapplicable: Mapping[str, str] = field(default_factory=dict)  # fault -> why it cannot apply
+    sequences: Sequences | None = None  # a sequence task's prompts, lengths and units
 
     @property
     def network(self) -> Network:
@@ -171,7 +202,7 @@ class Recipe:
 
     @property
     def architecture(self) -> str:
-        """ "mlp", "cnn" or "gru"."""
+        """ "mlp", "cnn", "gru" or "transformer"."""
         return self.design.network.architecture
 
     @property
@@ -238,6 +269,10 @@ def base_setup(task: Task, seed: int, design: Design | None = None) -> Recipe:
     d = task.defaults
     design = design or task.reference_design()
     clip = _clipper(design.clip) if design.clip > 0 else no_clipping
+    if task.sequences is not None:
+        tokens: dict[str, Any] = {"loss": token_cross_entropy, "make_scorer": sequence_scorer}
+    else:
+        tokens = {}
     return Recipe(
         seed=seed,
         n_classes=task.n_classes,
@@ -250,6 +285,8 @@ def base_setup(task: Task, seed: int, design: Design | None = None) -> Recipe:
         steps=d.steps,
         clip=clip,
         inapplicable=task.inapplicable,
+        sequences=task.sequences,
+        **tokens,
     )
 
 
@@ -283,3 +320,36 @@ class BatchStream:
             for start in range(0, n - self.batch_size + 1, self.batch_size):
                 idx = order[start : start + self.batch_size]
                 yield self.X[idx], self.y[idx]
+
+
+class ClassScorer:
+    """A classifier's evaluation, with its data prepared once instead of at every call.
+
+    The training sample and the validation set go through the model in one
+    forward pass: the benchmark's model is small, so the fixed cost of each
+    call is a large part of the evaluation's cost.
+    """
+
+    def __init__(self, recipe: Recipe) -> None:
+        n = min(TRAIN_EVAL_SAMPLE, len(recipe.y_train))
+        self.n_train, self.n_val = n, len(recipe.y_val)
+        self.X = torch.from_numpy(np.concatenate([recipe.X_train[:n], recipe.X_val]))
+        self.y = np.concatenate([recipe.y_train[:n], recipe.y_val])
+        self.y_val = torch.from_numpy(self.y[n:])
+
+    @torch.inference_mode()
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        """Score ``model`` as it is (put it in eval mode first)."""
+        logits = model(self.X)
+        # numpy's argmax: the same indices as torch's (first maximum, NaN
+        # first), at a third of the cost on a few hundred rows of ten classes.
+        hits = logits.numpy().argmax(axis=1) == self.y
+        n = self.n_train
+        return {
+            "train_acc": int(np.count_nonzero(hits[:n])) / n,
+            "val_acc": int(np.count_nonzero(hits[n:])) / self.n_val if self.n_val else float("nan"),
+            # Classes along dim 1 of a (1, classes, examples) view: the same
+            # loss (to the last bit, nearly always), but torch's CPU log-softmax is
+            # several times faster over a strided dim than over a short last one.
+            "val_loss": float(F.cross_entropy(logits.t()[None, :, n:], self.y_val[None])),
+        }

@@ -21,7 +21,12 @@ from typing import Any
 
 from faultbench.core.codetext import code_text
 
-_SHARED = ("faultbench.faults.recipe", "faultbench.faults.architectures")  # in every run's key
+_SHARED = (  # in every run's key
+    "faultbench.faults.recipe",
+    "faultbench.faults.architectures",
+    "faultbench.faults.tokens",
+    "faultbench.faults.transformer",
+)
 _CONSTANT = (int, float, str, bool, tuple, frozenset, type(None))
 
 

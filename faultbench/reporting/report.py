@@ -21,6 +21,7 @@ import pandas as pd
 from scipy.stats import binomtest
 
 from faultbench.faults.fault import HEALTHY, canonical_conditions, condition_names
+from faultbench.faults.fault import moot as faults_moot
 from faultbench.scoring.evaluate import Report, RunResult
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
@@ -101,8 +102,9 @@ def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
     rows = []
     for task, grid in grids.items():
         seeds = sorted({seed for _, seed in grid})
+        cannot = faults_moot(get_task(task))  # why a fault cannot apply, if so
         for cond in condition_names():
-            moot = get_task(task).inapplicable.get(cond, "")  # why it cannot apply, if so
+            moot = cannot.get(cond, "")
             per_seed = pd.DataFrame([_signals(grid.get((cond, s))) for s in seeds], index=seeds)
             row = {
                 "task": task,

@@ -21,6 +21,7 @@ from faultbench.faults.fault import (
     answer_for,
     condition_names,
     label_of,
+    moot,
 )
 from faultbench.faults.grid import check_selection
 from faultbench.faults.levels import calibrated
@@ -489,7 +490,7 @@ def evaluate(
         results=tuple(results),
         trained=trained + more,
         notes=tuple([*the_store.notes, *([note] if note else []), *_canonical_notes(the_task)]),
-        not_applicable=tuple(sorted(the_task.inapplicable.items())),
+        not_applicable=tuple(sorted(moot(the_task).items())),
         grid=the_plan.grid,
         every=every,
         redraws=the_plan.redraws,

@@ -11,6 +11,7 @@ effect" rather than as a diagnoser's miss. This is mutation testing's
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -75,6 +76,48 @@ def _spikes(t: Trace, c: RunConfig) -> float:
     return float((late > math.log(c.n_classes)).mean())
 
 
+def _mean(values: np.ndarray) -> float:
+    """The mean of the finite values; NaN when there is none (a classifier's run)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else math.nan
+
+
+def _counted(t: Trace, c: RunConfig) -> float:
+    return _mean(t.counted_share)
+
+
+def _padding_counted(t: Trace, c: RunConfig) -> float:
+    return _mean(t.padding_counted_share)
+
+
+def _future_attention(t: Trace, c: RunConfig) -> float:
+    means = [_mean(v) for v in t.attention_future.values()]
+    return max((m for m in means if math.isfinite(m)), default=math.nan)
+
+
+def _val_token_acc(t: Trace, c: RunConfig) -> float:
+    return float(t.val_token_acc[-1]) if len(t.val_token_acc) else math.nan
+
+
+def _sequence(t: Trace) -> bool:
+    return bool(np.isfinite(t.counted_share).any())
+
+
+def _lr_restarts(t: Trace, c: RunConfig) -> float:
+    # Read on sequence runs only: the classifier tasks' levels were measured without it
+    # (NaN: not tested).
+    if not _sequence(t):
+        return math.nan
+    lr = t.lr[np.isfinite(t.lr)]
+    rise, count, low, fell = 0.1 * float(lr.max(initial=0.0)), 0, math.inf, False
+    for before, now in itertools.pairwise(lr):  # rises of a tenth of the peak after a fall
+        if now < before:
+            fell, low = True, min(low, float(now))
+        elif fell and now - low >= rise:
+            count, fell, low = count + 1, False, math.inf
+    return float(count)
+
+
 #: Signal name -> function of (trace, config); each is relative to the run.
 SIGNALS: dict[str, Callable[[Trace, RunConfig], float]] = {
     "first_loss_over_lnC": _first_loss,
@@ -87,6 +130,12 @@ SIGNALS: dict[str, Callable[[Trace, RunConfig], float]] = {
     "no_grad_share": _no_grad,
     "log_least_weight_change": _least_change,
     "late_loss_above_lnC": _spikes,
+    # A sequence model's (NaN for a classifier's run, and then not tested):
+    "counted_share": _counted,
+    "padding_counted_share": _padding_counted,
+    "future_attention": _future_attention,
+    "val_token_acc": _val_token_acc,
+    "lr_restarts": _lr_restarts,
 }
 
 
@@ -112,10 +161,13 @@ def manifestation(
     if n < 2:
         return Manifestation(None, (), n)
     mean, sd = _healthy_spread(healthy)
-    quantile = stats.t.ppf(1 - ALPHA / (2 * len(SIGNALS)), df=n - 1)
+    # A signal the healthy runs lack (a sequence model's, on a classifier's task) is not
+    # tested, and not counted in the correction.
+    measured = np.isfinite(mean)
+    quantile = stats.t.ppf(1 - ALPHA / (2 * max(1, int(measured.sum()))), df=n - 1)
     half_width = quantile * sd * math.sqrt(1 + 1 / n)
     values = np.array(list(signals(trace, config).values()), dtype=float)
-    outside = ~(np.abs(np.nan_to_num(values, nan=np.inf) - mean) <= half_width)
+    outside = measured & ~(np.abs(np.nan_to_num(values, nan=np.inf) - mean) <= half_width)
     names = tuple(name for name, out in zip(SIGNALS, outside) if out)
     return Manifestation(bool(names), names, n)
 
@@ -123,7 +175,9 @@ def manifestation(
 def _healthy_spread(healthy: Sequence[tuple[Trace, RunConfig]]) -> tuple[np.ndarray, np.ndarray]:
     """Per signal: the healthy runs' mean and sd (never below 1% of the mean)."""
     base = np.array([list(signals(t, c).values()) for t, c in healthy], dtype=float)
-    mean, sd = np.nanmean(base, axis=0), np.nanstd(base, axis=0, ddof=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a signal no healthy run has: NaN
+        mean, sd = np.nanmean(base, axis=0), np.nanstd(base, axis=0, ddof=1)
     return mean, np.maximum(np.nan_to_num(sd), RELATIVE_FLOOR * np.abs(mean) + 1e-9)
 
 

@@ -19,7 +19,19 @@ from torch import nn
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.recipe import Recipe
 from faultbench.training.model import build_model
+from faultbench.training.monitor import IGNORE_INDEX
 from faultbench.training.trace import RunConfig, Trace
+
+
+def accuracy(output: torch.Tensor, target: torch.Tensor) -> float:
+    """Share of counted targets the output's argmax gets right: a class per row of a
+    classifier's ``(N, C)`` output, or a token per counted position of a sequence model's
+    ``(N, T, V)`` output (targets equal to -100, the ignore index, do not count)."""
+    hits = output.detach().argmax(dim=-1) == target
+    counted = target != IGNORE_INDEX
+    if bool(counted.all()):
+        return float(hits.float().mean())
+    return float(hits[counted].float().mean()) if bool(counted.any()) else float("nan")
 
 
 class Probe:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from faultbench.scoring.diagnosis import Diagnosis
-from faultbench.scoring.run import Run
+from faultbench.scoring.run import Run, accuracy
 
 PASS, FAIL, UNMEASURED = "pass", "fail", "not measured"
 HEALTHY = "healthy"
@@ -107,7 +107,7 @@ def memorize_check(run: Run, evidence: Mapping[str, Any] | None = None) -> Check
         out = model(X)
         run.probe.loss(out, y).backward()
         optimizer.step()
-        acc = float((out.detach().argmax(dim=1) == y).float().mean())
+        acc = accuracy(out, y)
         if acc == 1.0:
             return Check(name, f"100% after {step} steps", threshold, PASS)
     return Check(name, f"{acc:.0%} after {MEMORIZE_STEPS} steps", threshold, FAIL)

@@ -105,9 +105,11 @@ def code_version() -> str:
     to a docstring or a comment keeps every key.
     """
     from faultbench.core import kernels
-    from faultbench.faults import architectures, fault, recipe, source
+    from faultbench.faults import architectures, fault, recipe, source, tokens, transformer
+    from faultbench.tasks import sequences
     from faultbench.training import (
         activations,
+        attention,
         hooks,
         hostlog,
         layers,
@@ -120,7 +122,8 @@ def code_version() -> str:
 
     digest = hashlib.sha256()
     modules = (recipe, architectures, fault, source, loop, model, monitor, layers, activations)
-    for module in (*modules, widths, hostlog, hooks, trace, kernels):
+    sequence_parts = (tokens, transformer, sequences, attention)  # a sequence task's run's
+    for module in (*modules, widths, hostlog, hooks, trace, kernels, *sequence_parts):
         digest.update(code_text(inspect.getsource(module)).encode())
     return digest.hexdigest()[:12]
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-ARCHITECTURES = ("mlp", "cnn", "gru")
+ARCHITECTURES = ("mlp", "cnn", "gru", "transformer")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")  # SGD always with momentum 0.9
 ACTIVATIONS = ("relu", "leaky_relu", "gelu", "silu", "tanh")
 NORMS = ("none", "batch", "layer")
@@ -31,14 +31,16 @@ WEIGHT_DECAY = {"adam": 1e-4, "adamw": 1e-2, "sgd": 5e-4, "rmsprop": 1e-4}
 CNN_CHANNELS = 8  # the reference CNN's one convolution
 GRU_EMBED = 16  # the reference recurrent net's character embedding
 GRU_STATE = 48  # and its state
+HEADS = 4  # a transformer's attention heads, unless drawn otherwise
 
 
 @dataclass(frozen=True)
 class Network:
     """The model of a design: what a practitioner wrote in their ``nn.Module``."""
 
-    architecture: str  # "mlp", "cnn" (reads square images) or "gru" (reads token ids)
+    architecture: str  # "mlp", "cnn" (images), "gru" or "transformer" (token ids)
     widths: tuple[int, ...] = (64,)  # fully connected layers before the output; the last: hidden
+    # (a transformer: one entry per block, each the residual stream's width, all equal)
     activation: str = "relu"  # after each hidden layer and convolution (ACTIVATIONS, or sigmoid)
     norm: str = "none"  # after each hidden layer and convolution: none, batch or layer
     dropout: float = 0.0  # after each hidden layer's activation
@@ -48,6 +50,7 @@ class Network:
     cell: str = "gru"  # gru: the recurrent cell, "gru" or "lstm"
     embed: int = GRU_EMBED  # gru: token embedding width
     state: int = GRU_STATE  # gru: recurrent state width
+    heads: int = HEADS  # transformer: attention heads per block (they divide the width)
 
     def replace(self, **changes: Any) -> Network:
         """A copy with some fields changed."""
@@ -113,6 +116,8 @@ class Design:
             out |= {"downsample": net.downsample}
         if net.architecture == "gru":
             out |= {"cell": net.cell, "state": net.state}
+        if net.architecture == "transformer":
+            out |= {"heads": net.heads}
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,7 +141,11 @@ class Design:
             parts.append(f"conv {'x'.join(map(str, net.channels))} {net.downsample}")
         if net.architecture == "gru":
             parts.append(f"{net.cell} {net.embed}/{net.state}")
-        parts.append(f"fc {'-'.join(map(str, net.widths))} {net.activation}")
+        if net.architecture == "transformer":
+            parts.append(f"{len(net.widths)} blocks of {max(net.widths)}, {net.heads} heads")
+            parts.append(f"mlp {net.activation}")
+        else:
+            parts.append(f"fc {'-'.join(map(str, net.widths))} {net.activation}")
         parts += [net.norm + "norm"] if net.norm != "none" else []
         parts += [f"dropout {net.dropout:g}"] if net.dropout else []
         parts += [f"init {net.init}"] if net.init != "default" else []
@@ -175,9 +184,17 @@ class Family:
     cells: tuple[str, ...] = CELLS  # gru: the recurrent cell
     embeds: tuple[int, ...] = (8, 16, 32)  # gru: token embedding width
     states: tuple[int, ...] = (32, 48, 96)  # gru: recurrent state width
+    # transformer: attention heads per block. Out of repr, which every task's fingerprint
+    # hashes: the tasks of other architectures keep theirs (a transformer task's fingerprint
+    # hashes its axes() too).
+    heads: tuple[int, ...] = field(default=(2, 4), repr=False)
 
     def axes(self) -> dict[str, tuple[Any, ...]]:
-        """Every axis that applies to the architecture, with its values, in draw order."""
+        """Every axis that applies to the architecture, with its values, in draw order.
+
+        A transformer draws ``depths`` blocks of one width from ``widths`` (its residual
+        stream), and its ``heads``.
+        """
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "architecture"}
         if self.architecture != "cnn":
             for name in ("convolutions", "channels", "downsamples"):
@@ -185,6 +202,8 @@ class Family:
         if self.architecture != "gru":
             for name in ("cells", "embeds", "states"):
                 out.pop(name)
+        if self.architecture != "transformer":
+            out.pop("heads")
         return out
 
 

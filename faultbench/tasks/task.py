@@ -20,6 +20,7 @@ import numpy as np
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
 from faultbench.tasks.design import OPTIMIZERS, Design, Family, reference_design
+from faultbench.tasks.sequences import Sequences, encode, next_token_labels, split_by_unit
 
 #: Fewest examples of any class a task may have. At the default validation share
 #: (0.2) that leaves two examples of each class to validate on and eight to train
@@ -40,7 +41,7 @@ class TrainDefaults:
     lr: float = 1e-3  # the optimizer's working learning rate for the task
     batch_size: int = 32  # examples per update
     steps: int = 600  # optimizer updates per run
-    architecture: str = "mlp"  # model recipe: "mlp", "cnn" (images) or "gru" (token ids)
+    architecture: str = "mlp"  # "mlp", "cnn" (images), "gru" or "transformer" (token ids)
     image_side: int = 0  # side of the square images a "cnn" reads from each row
     optimizer: str = "adam"  # "adam", "adamw", "sgd" (with momentum) or "rmsprop"
     momentum: float = 0.9  # SGD's momentum (the others have none)
@@ -67,6 +68,8 @@ class Task:
     defaults: TrainDefaults = field(default_factory=TrainDefaults)
     inapplicable: Mapping[str, str] = field(default_factory=dict)  # fault -> why it cannot apply
     family: Family | None = None  # the designs its grid draws; None: its architecture's default
+    sequences: Sequences | None = None  # a sequence task's tokens, prompts and units; else None
+    reference: Design | None = None  # the reference design written out; None: from the defaults
 
     @property
     def n_classes(self) -> int:
@@ -84,7 +87,10 @@ class Task:
         return _fingerprint(self)
 
     def reference_design(self) -> Design:
-        """The task's reference recipe: its defaults, one hidden layer, nothing drawn."""
+        """The task's reference recipe: its defaults, one hidden layer, nothing drawn (or the
+        design the task wrote out, for a model that is more than one hidden layer)."""
+        if self.reference is not None:
+            return self.reference
         d = self.defaults
         return reference_design(
             architecture=d.architecture,
@@ -158,6 +164,71 @@ class Task:
             classes=classes,
             defaults=defaults or TrainDefaults(),
             family=family,
+        )
+
+    @classmethod
+    def from_sequences(
+        cls,
+        name: str,
+        examples: Sequence[tuple[Sequence[str], Sequence[str], int]],
+        vocab: tuple[str, ...],
+        *,
+        context: int,
+        defaults: TrainDefaults,
+        reference: Design,
+        family: Family,
+        val_fraction: float = 0.2,
+        split_seed: int = 0,
+    ) -> Task:
+        """A sequence task (see :mod:`faultbench.tasks.sequences`) from generated examples.
+
+        Args:
+            name: The task's name in reports.
+            examples: ``(prompt words, answer words, source unit)`` per example.
+            vocab: Every token, the specials (``<pad>``, ``<bos>``, ``<eos>``) first.
+            context: Tokens per row; longer examples are cut (and counted).
+            defaults: Training defaults (steps, batch, optimizer and rate).
+            reference: The reference design (a transformer of several blocks).
+            family: The healthy designs the full grid draws.
+            val_fraction: Share of the source units held out for validation: a unit's
+                examples all go to one side.
+            split_seed: Seed of the split.
+
+        Raises:
+            FaultbenchError: a vocabulary that does not start with the specials, or a
+                word outside it.
+        """
+        from faultbench.tasks.sequences import SPECIALS
+
+        if tuple(vocab[: len(SPECIALS)]) != SPECIALS:
+            raise FaultbenchError(f"vocab must start with {SPECIALS}; got {tuple(vocab[:3])}")
+        try:
+            X, prompts, lengths, units, cut = encode(examples, vocab, context)
+        except ValueError as exc:
+            raise FaultbenchError(f"task '{name}': {exc}") from None
+        train, val = split_by_unit(units, val_fraction=val_fraction, seed=split_seed)
+        sequences = Sequences(
+            vocab=vocab,
+            pad=0,
+            prompt_train=prompts[train],
+            length_train=lengths[train],
+            units_train=units[train],
+            prompt_val=prompts[val],
+            length_val=lengths[val],
+            units_val=units[val],
+            truncated=cut,
+        )
+        return cls(
+            name=name,
+            X_train=X[train],
+            y_train=next_token_labels(X[train], prompts[train], lengths[train]),
+            X_val=X[val],
+            y_val=next_token_labels(X[val], prompts[val], lengths[val]),
+            classes=vocab,
+            defaults=defaults,
+            family=family,
+            sequences=sequences,
+            reference=reference,
         )
 
 
@@ -285,6 +356,12 @@ def _fingerprint(task: Task) -> str:
     for arr in (task.X_train, task.y_train, task.X_val, task.y_val):
         digest.update(np.ascontiguousarray(arr).tobytes())
     digest.update(repr((task.name, task.classes, task.defaults, task.design_family())).encode())
+    # Only a sequence task has these: every other task keeps the fingerprint it had.
+    if task.sequences is not None:
+        digest.update(task.sequences.digest.encode())
+        digest.update(repr(task.design_family().axes()).encode())  # the transformer axes too
+    if task.reference is not None:
+        digest.update(repr(task.reference).encode())
     value = digest.hexdigest()[:16]
     object.__setattr__(task, "_fingerprint", value)  # frozen, but a pure cache
     return value

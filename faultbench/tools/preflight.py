@@ -4,6 +4,13 @@ Each phase (data, forward and loss, backward, update, validation, resume) is
 timed, its peak memory is measured, and it passes or fails on checks that a
 broken pipeline fails. Preflight works on a copy of the model and optimizer, so
 the caller's objects are left as they were.
+
+A sequence pilot (``y_train`` of shape ``(examples, positions)``: the token each
+position predicts, -100 where the loss skips it) gets the data phase a
+language model needs: a few examples decoded with the tokens that count in the
+loss marked, their lengths, the padding and the truncation; the phase fails
+when an example has no token counted, when padding counts in the loss, or
+(when the pilot knows its prompts) when a prompt token does.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from torch import nn
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import Condition, base_setup, condition
+from faultbench.scoring.run import accuracy
 from faultbench.tasks.task import Task, get_task
 from faultbench.tools.checkpoint_roundtrip import (
     break_checkpoint,
@@ -37,6 +45,8 @@ PHASES = ("data", "forward_loss", "backward", "update", "validation", "resume")
 BREAKS = ("truncate", "drop_optimizer")  # ways to break the checkpoint on purpose
 FIRST_LOSS_BAND = (2 / 3, 3 / 2)  # first loss / ln C outside this: inputs or init are off
 SILENT_CHECK_EXAMPLES = 512  # examples a unit silent on one microbatch is re-checked on
+IGNORE_INDEX = -100  # a sequence target the loss skips
+SHOWN_EXAMPLES = 3  # examples a sequence pilot's data phase decodes
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,6 +66,15 @@ class Pilot:
     n_classes: int | None = None  # None: the largest label + 1
     mask: torch.Tensor | None = None  # optional (examples x positions): 1 where X_train is real
     lengths: torch.Tensor | None = None  # optional: real positions per training example
+    # A sequence pilot (y of shape examples x positions, -100 where the loss skips):
+    prompts: torch.Tensor | None = None  # optional: prompt tokens per training example
+    vocab: tuple[str, ...] | None = None  # optional: token strings by id, to decode examples
+    pad_id: int | None = None  # optional: the padding id (else the mask or lengths say)
+
+    @property
+    def sequences(self) -> bool:
+        """Whether the targets are tokens per position (a language model's) rather than classes."""
+        return self.y_train.dim() == 2
 
     @property
     def classes(self) -> int:
@@ -99,6 +118,7 @@ class PreflightReport:
     updates_per_epoch: int  # training examples // examples per update
     pilot_summary: str  # what the numbers above are made of
     memory_note: str  # how the CPU peak was measured
+    examples: tuple[str, ...] = ()  # a sequence pilot's decoded examples, loss tokens marked
 
     @property
     def passed(self) -> bool:
@@ -121,10 +141,18 @@ class PreflightReport:
 
     def __str__(self) -> str:
         verdict = "all gates pass" if self.passed else f"FAILED: {', '.join(self.failed)}"
+        shown = []
+        if self.examples:
+            shown = [
+                "data: training examples as the loss sees them ([token]: a target that counts "
+                "in the loss; the rest are inputs only):",
+                *(f"  {line}" for line in self.examples),
+            ]
         return "\n".join(
             [
                 f"preflight on {self.device}; peak memory: {self.memory_note}",
                 self.table().to_string(float_format=lambda v: f"{v:.3f}"),
+                *shown,
                 f"examples per update: {self.examples_per_update} ({self.pilot_summary})",
                 f"updates per epoch: {self.updates_per_epoch}",
                 f"verdict: {verdict}",
@@ -153,6 +181,23 @@ def pilot_for_task(task: str | Task, cond: Condition | None = None, *, seed: int
     task = get_task(task)
     setup = (cond or condition()).apply(base_setup(task, seed))
     model = build_model(setup)
+    seq = setup.sequences
+    if seq is not None:  # the loss mask, the prompts and the vocabulary, as the run has them
+        return Pilot(
+            model=model,
+            loss_fn=setup.loss,
+            optimizer=setup.make_optimizer(setup.param_groups(model, setup), setup),
+            X_train=torch.from_numpy(setup.X_train),
+            y_train=torch.from_numpy(setup.y_train),
+            X_val=torch.from_numpy(setup.X_val),
+            y_val=torch.from_numpy(setup.y_val),
+            batch_size=setup.batch_size,
+            n_classes=setup.n_classes,
+            lengths=torch.from_numpy(seq.length_train),
+            prompts=torch.from_numpy(seq.prompt_train),
+            vocab=seq.vocab,
+            pad_id=seq.pad,
+        )
     return Pilot(
         model=model,
         loss_fn=setup.loss,
@@ -208,7 +253,13 @@ def preflight(
         f"replicas {pp.data_replicas}; {len(pp.y_train)} training examples"
     )
     return PreflightReport(
-        tuple(phases), str(dev), pp.examples_per_update, pp.updates_per_epoch, summary, MEMORY.note
+        tuple(phases),
+        str(dev),
+        pp.examples_per_update,
+        pp.updates_per_epoch,
+        summary,
+        MEMORY.note,
+        tuple(state.values.get("examples", ())),
     )
 
 
@@ -253,6 +304,8 @@ def _measured(
 
 # -- the gates: each returns (inputs, problems, detail when there are none) ------
 def _data(s: _State) -> tuple[str, list[str], str]:
+    if s.pilot.sequences:
+        return _sequence_data(s)
     p, problems = s.pilot, []
     n_classes = p.classes
     for part, X, y in (("train", p.X_train, p.y_train), ("val", p.X_val, p.y_val)):
@@ -280,6 +333,97 @@ def _data(s: _State) -> tuple[str, list[str], str]:
             f"finite, 0 train/val overlaps, {masks}"
         ),
     )
+
+
+def _sequence_data(s: _State) -> tuple[str, list[str], str]:
+    """The data phase of a sequence pilot (see the module's docstring)."""
+    p, problems = s.pilot, []
+    for part, X, y in (("train", p.X_train, p.y_train), ("val", p.X_val, p.y_val)):
+        problems += _inputs_problems(part, X)
+        if tuple(y.shape) != tuple(X.shape[:2]):
+            problems.append(f"{part} targets of shape {tuple(y.shape)}; expected {tuple(X.shape)}")
+    if problems:
+        return f"train {tuple(p.X_train.shape)}, val {tuple(p.X_val.shape)}", problems, ""
+    counted = p.y_train != IGNORE_INDEX
+    width = p.X_train.shape[1]
+    real = _real_positions(p)
+    lengths = real.sum(dim=1)
+    bad = (p.y_train[counted] < 0) | (p.y_train[counted] >= p.classes)
+    if bool(bad.any()):
+        problems.append(f"{int(bad.sum())} counted targets outside 0..{p.classes - 1}")
+    none = int((counted.sum(dim=1) == 0).sum())
+    if none:
+        problems.append(f"{none} of {len(p.y_train)} examples have no token counted in the loss")
+    padded = ~real
+    # Position t predicts token t + 1: a target counts on padding when t + 1 is padding.
+    target_is_pad = torch.nn.functional.pad(padded[:, 1:], (0, 1), value=True)
+    pad_counted = int((counted & target_is_pad).sum())
+    if pad_counted:
+        problems.append(
+            f"padding counts in the loss: {pad_counted} counted targets are padding "
+            f"({pad_counted / max(1, int(target_is_pad.sum())):.0%} of padding targets); expected "
+            "-100 on every padded position"
+        )
+    if p.prompts is not None:
+        # The prompt's last token predicts the answer's first: targets before it are prompt.
+        before = torch.arange(width)[None, :] < (p.prompts[:, None] - 1)
+        in_prompt = int((counted & before).sum())
+        if in_prompt:
+            problems.append(
+                f"the prompt counts in the loss: {in_prompt} counted targets lie in prompts "
+                f"({int((counted & before).any(dim=1).sum())} examples); expected -100 before "
+                "each answer"
+            )
+    full = lengths >= width
+    end = p.vocab.index("<eos>") if p.vocab and "<eos>" in p.vocab else None
+    if end is not None:  # a row that fills the context without its end token was cut
+        last = p.X_train[torch.arange(len(lengths)), (lengths - 1).clamp_min(0)]
+        cut = int((full & (last != end)).sum())
+        truncation = f"{cut} truncated (filling the context without <eos>)"
+        if cut:
+            problems.append(f"{cut} examples truncated at the context ({width}): answers cut")
+    else:
+        truncation = f"{int(full.sum())} fill the context (truncated if their answer did not fit)"
+    s.values["examples"] = _decoded(p, counted, real)
+    share = float(counted.sum()) / counted.numel()
+    inputs = f"train {tuple(p.X_train.shape)}, val {tuple(p.X_val.shape)}"
+    detail = (
+        f"lengths {int(lengths.min())}-{int(lengths.max())} of {width} "
+        f"(mean {float(lengths.float().mean()):.1f}); padding {float(padded.float().mean()):.0%} "
+        f"of positions, none counted; {share:.0%} of targets counted, every example has some; "
+        f"{truncation}"
+    )
+    return inputs, problems, detail
+
+
+def _real_positions(p: Pilot) -> torch.Tensor:
+    """Which input positions are real tokens: from the mask, the lengths or the pad id."""
+    width = p.X_train.shape[1]
+    if p.mask is not None:
+        return p.mask.bool()
+    if p.lengths is not None:
+        return torch.arange(width)[None, :] < p.lengths[:, None]
+    if p.pad_id is not None:
+        return p.X_train != p.pad_id
+    return torch.ones_like(p.X_train, dtype=torch.bool)
+
+
+def _decoded(p: Pilot, counted: torch.Tensor, real: torch.Tensor) -> list[str]:
+    """A few training examples, token by token: [target] where the loss counts it."""
+    out = []
+    for row in range(min(SHOWN_EXAMPLES, len(p.X_train))):
+        ids = p.X_train[row].tolist()
+        names = [p.vocab[i] if p.vocab and 0 <= i < len(p.vocab) else str(i) for i in ids]
+        marked = list(names)
+        for t in torch.nonzero(counted[row]).flatten().tolist():
+            if t + 1 < len(marked):
+                marked[t + 1] = f"[{names[t + 1]}]"
+        pads = int((~real[row]).sum())
+        shown = [m for m, r in zip(marked, real[row].tolist()) if r or m.startswith("[")]
+        length = int(real[row].sum())
+        prompt = f", prompt {int(p.prompts[row])}" if p.prompts is not None else ""
+        out.append(f"{' '.join(shown)}  (length {length}{prompt}, padding {pads})")
+    return out
 
 
 def _inputs_problems(part: str, X: torch.Tensor) -> list[str]:
@@ -344,10 +488,11 @@ def _forward_loss(s: _State) -> tuple[str, list[str], str]:
     loss = s.pilot.loss_fn(out, yb)
     s.values.update(loss=loss)
     n_classes, problems = s.pilot.classes, []
-    if tuple(out.shape) != (len(idx), n_classes):
-        problems.append(f"output shape {tuple(out.shape)}; expected {(len(idx), n_classes)}")
+    expected = (*tuple(yb.shape), n_classes)  # a class per row, or a token per position
+    if tuple(out.shape) != expected:
+        problems.append(f"output shape {tuple(out.shape)}; expected {expected}")
     elif bool((out >= 0).all()) and torch.allclose(
-        out.sum(dim=1), torch.ones(len(idx), device=out.device), atol=1e-4
+        out.sum(dim=-1), torch.ones(out.shape[:-1], device=out.device), atol=1e-4
     ):
         problems.append("outputs are probabilities (rows sum to 1); the loss expects logits")
     value, ln_c = float(loss.detach()), math.log(n_classes)
@@ -390,11 +535,20 @@ def _silent_units(s: _State, params: list[tuple[str, nn.Parameter]]) -> dict[str
     re-checked on up to SILENT_CHECK_EXAMPLES examples before it counts.
     """
 
+    # An embedding's rows are tokens and positions, not units: a token absent from the
+    # examples (or the last position, which no counted target reads) gets no gradient by design.
+    lookups = {
+        f"{module_name}.{n}" if module_name else n
+        for module_name, module in s.model.named_modules()
+        if isinstance(module, nn.Embedding)
+        for n, _ in module.named_parameters(recurse=False)
+    }
+
     def silent(grads: list[torch.Tensor | None]) -> dict[str, torch.Tensor]:
         return {
             name: (g.reshape(g.shape[0], -1).abs().sum(dim=1) == 0)
             for (name, _), g in zip(params, grads, strict=True)
-            if g is not None and g.dim() > 0
+            if g is not None and g.dim() > 0 and name not in lookups
         }
 
     found = {k: v for k, v in silent([p.grad for _, p in params]).items() if bool(v.any())}
@@ -443,14 +597,15 @@ def _validation(s: _State) -> tuple[str, list[str], str]:
     ]
     model.train()
     out = torch.cat(outs) if outs else torch.empty(0)
-    if tuple(out.shape) != (len(p.y_val), p.classes):
-        problems.append(f"outputs {tuple(out.shape)}; expected {(len(p.y_val), p.classes)}")
+    expected = (*tuple(p.y_val.shape), p.classes)
+    if tuple(out.shape) != expected:
+        problems.append(f"outputs {tuple(out.shape)}; expected {expected}")
     elif not bool(torch.isfinite(out).all()):
         problems.append("non-finite validation outputs")
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, snapshot[k])]
     if changed:
         problems.append(f"evaluation changed {changed[:3]} (not in eval mode?)")
-    acc = float((out.argmax(dim=1).cpu() == p.y_val).float().mean()) if not problems else 0.0
+    acc = accuracy(out.cpu(), p.y_val) if not problems else 0.0
     return (
         f"val {tuple(p.X_val.shape)}",
         problems,

@@ -11,13 +11,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from faultbench.core import kernels
-from faultbench.faults.recipe import Recipe
+from faultbench.faults.recipe import Recipe, Scorer
 from faultbench.training.model import build_model
 from faultbench.training.monitor import Monitor
 from faultbench.training.trace import RunConfig, Trace
@@ -26,9 +24,9 @@ from faultbench.training.trace import RunConfig, Trace
 # 1.3 epochs of digits). The diagnosers read the last one (doctor's check also
 # the first); the others draw the accuracy curves. Twenty cost about 2% more
 # time per step than ten (faultbench bench, figure 1), which the recording-
-# overhead goal cannot spare.
+# overhead goal cannot spare. What an evaluation scores is the recipe's
+# (``make_scorer``: a classifier's accuracies, a sequence task's exact match).
 EVALUATIONS = 10
-TRAIN_EVAL_SAMPLE = 512  # training examples scored at each evaluation
 THREADS = 1  # torch threads a run trains with: a sum's order, so its last bits, depend on it
 
 
@@ -69,22 +67,28 @@ def train(
         stream = recipe.loader(recipe)
         batches = monitor.batches(stream) if monitor else stream
         loss_fn, clear, clip, update = recipe.loss, recipe.clear, recipe.clip, recipe.update
+        # A sequence run also gives the Monitor its logits, labels and padding: the token
+        # accuracy and what the loss counts, per step (a classifier's keeps the bare step).
+        pad = recipe.sequences.pad if recipe.sequences is not None else None
         eval_every = max(1, recipe.steps // EVALUATIONS)
         state = [*model.parameters(), *model.buffers()]  # what an evaluation depends on
         snapshots: list[tuple[int, list[torch.Tensor]]] = []
         for step in range(1, recipe.steps + 1):
             xb, yb = next(batches)
-            loss = loss_fn(model(xb), yb)
+            out = model(xb)
+            loss = loss_fn(out, yb)
             clear(model, optimizer, step)
             loss.backward()
             clip(model, optimizer, step)
             update(model, optimizer, step)
             schedule.step()
-            if monitor is not None:
+            if monitor is not None and pad is not None:
+                monitor.step(loss, out, yb, mask=xb != pad)
+            elif monitor is not None:
                 monitor.step(loss)
             if evaluate and (step % eval_every == 0 or step == recipe.steps):
                 snapshots.append((step, [t.detach().clone() for t in state]))
-        _evaluate_snapshots(model, state, snapshots, _Scorer(recipe), monitor)
+        _evaluate_snapshots(model, state, snapshots, recipe.make_scorer(recipe), monitor)
         if monitor is None:
             return TrainResult(None, None, time.perf_counter() - start)
         monitor.close()
@@ -113,7 +117,7 @@ def _evaluate_snapshots(
     model: nn.Module,
     state: list[torch.Tensor],
     snapshots: list[tuple[int, list[torch.Tensor]]],
-    scorer: _Scorer,
+    scorer: Scorer,
     monitor: Monitor | None,
 ) -> None:
     """Score the weights saved during training, once training is over.
@@ -136,36 +140,3 @@ def _evaluate_snapshots(
             if monitor is not None:
                 monitor.log_eval(**scores, step=step)
     model.train()
-
-
-class _Scorer:
-    """The evaluation, with its data prepared once instead of at every call.
-
-    The training sample and the validation set go through the model in one
-    forward pass: the benchmark's model is small, so the fixed cost of each
-    call is a large part of the evaluation's cost.
-    """
-
-    def __init__(self, recipe: Recipe) -> None:
-        n = min(TRAIN_EVAL_SAMPLE, len(recipe.y_train))
-        self.n_train, self.n_val = n, len(recipe.y_val)
-        self.X = torch.from_numpy(np.concatenate([recipe.X_train[:n], recipe.X_val]))
-        self.y = np.concatenate([recipe.y_train[:n], recipe.y_val])
-        self.y_val = torch.from_numpy(self.y[n:])
-
-    @torch.inference_mode()
-    def __call__(self, model: nn.Module) -> dict[str, float]:
-        """Score ``model`` as it is (put it in eval mode first)."""
-        logits = model(self.X)
-        # numpy's argmax: the same indices as torch's (first maximum, NaN
-        # first), at a third of the cost on a few hundred rows of ten classes.
-        hits = logits.numpy().argmax(axis=1) == self.y
-        n = self.n_train
-        return {
-            "train_acc": int(np.count_nonzero(hits[:n])) / n,
-            "val_acc": int(np.count_nonzero(hits[n:])) / self.n_val if self.n_val else float("nan"),
-            # Classes along dim 1 of a (1, classes, examples) view: the same
-            # loss (to the last bit, nearly always), but torch's CPU log-softmax is
-            # several times faster over a strided dim than over a short last one.
-            "val_loss": float(F.cross_entropy(logits.t()[None, :, n:], self.y_val[None])),
-        }

@@ -50,6 +50,7 @@ from torch import nn
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.training.activations import ActivationWatch
+from faultbench.training.attention import AttentionWatch
 from faultbench.training.hostlog import DeviceLog
 from faultbench.training.layers import LayerStats
 from faultbench.training.trace import RunConfig, Trace
@@ -61,6 +62,10 @@ DEFAULT_EVERY = 20  # steps between recorded per-layer and activation statistics
 #: Samplings an every-step trace of the benchmark keeps counts for, so that it can be
 #: read as Monitor(every=k) would have recorded it (Trace.sampled): the default among them.
 SAMPLINGS = (5, 10, DEFAULT_EVERY, 50)
+IGNORE_INDEX = -100  # a target that the loss skips: torch's cross_entropy default
+# Per step given an output and a target: correct counted targets, counted targets, padding
+# positions (a mask given) and padding positions whose target counted.
+HITS, COUNTED, PADDED, PADDED_COUNTED = range(4)
 
 
 class Monitor:
@@ -84,6 +89,9 @@ class Monitor:
             a gradient are counted on their steps too. By default the multiples of
             ``every`` among :data:`SAMPLINGS`, so an every-step trace reads as any
             usual sampling would have recorded it.
+        ignore_index: The target value the loss skips (a padded or prompt
+            position of a language model's labels): such targets count
+            neither in the accuracy nor as counted tokens.
 
     Raises:
         FaultbenchError: ``every`` is not a whole number of steps >= 1, or an
@@ -97,6 +105,7 @@ class Monitor:
         *,
         every: int = DEFAULT_EVERY,
         also_every: Sequence[int] | None = None,
+        ignore_index: int = IGNORE_INDEX,
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise FaultbenchError(f"every={every!r}: expected a whole number of steps >= 1")
@@ -112,18 +121,21 @@ class Monitor:
         self.every = every
         self._layers = LayerStats(model, every, tuple(k for k in also_every if k != every))
         self._acts = ActivationWatch(model)
+        self._attention = AttentionWatch(model)
         self._first = FirstForward(model)
         self._losses = DeviceLog(1)
-        self._hits = DeviceLog(1)  # per step given an output and target: correct predictions
+        self.ignore_index = ignore_index
+        self._hits = DeviceLog(4)  # per step given an output and target: HITS, COUNTED, ...
         self._acc_steps: list[int] = []  # those steps' indices
-        self._acc_sizes: list[int] = []  # and their numbers of targets
+        self._acc_sizes: list[int] = []  # and their numbers of targets (positions, per token)
+        self._masked: list[bool] = []  # and whether a padding mask came with them
         self._output_classes = 0  # last dimension of the first output given to step()
         self._stat_steps: list[int] = []
         self._lrs: list[Any] = []  # per step: the first parameter group's rate
         self._steps = 0
         self._wait: list[float] = []
         self._compute: list[float] = []
-        self._evals: list[tuple[int, float, float, float]] = []
+        self._evals: list[tuple[int, float, float, float, float]] = []
         self._inputs = DeviceLog(len(INPUT_STATS))  # the first batch's input statistics
         self._batch_size = 0
         self._ready = 0.0
@@ -162,6 +174,8 @@ class Monitor:
         loss: torch.Tensor | float,
         output: torch.Tensor | None = None,
         target: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
     ) -> None:
         """Record one optimizer update; call it after ``optimizer.step()``.
 
@@ -171,13 +185,25 @@ class Monitor:
                 dimension); with ``target``, the step's training accuracy is recorded.
             target: Class indices (shape of ``output`` without its last
                 dimension), or one-hot/probability targets (shape of ``output``).
+                Indices equal to ``ignore_index`` do not count: a language model's
+                ``(N, T, V)`` logits with ``(N, T)`` labels give the token accuracy
+                over the counted tokens, and the share of positions counted.
+            mask: Which positions of the input are real tokens (1) and which are
+                padding (0), the shape of the class-index ``target`` (an attention
+                mask, aligned with the positions the output predicts from): the
+                share of padding, and the share of padding whose target counted
+                in the loss, are recorded.
 
         Raises:
-            FaultbenchError: only one of ``output`` and ``target``, or shapes that
-                do not match as described.
+            FaultbenchError: only one of ``output`` and ``target``, shapes that
+                do not match as described, or a mask without a target.
         """
         now = time.perf_counter()
-        hits = None if output is None and target is None else self._hits_of(output, target)
+        hits = None
+        if output is not None or target is not None:
+            hits = self._hits_of(output, target, mask)
+        elif mask is not None:
+            raise FaultbenchError("monitor.step(mask=...) needs the output and target too")
         value = _loss_value(loss)
         self._compute.append(now - (self._ready or now))
         if len(self._wait) < len(self._compute):  # loop not using batches()
@@ -192,11 +218,14 @@ class Monitor:
         if self._steps % self.every == 0:
             self._layers.record()
             self._acts.step()
+            self._attention.step()
             self._stat_steps.append(self._steps)
         self._steps += 1
         if self._steps % self.every == 0:  # the next step is recorded: measure from here
             self._layers.keep_weights()
-        self._acts.watch(self._steps % self.every == 0)  # hooks only on recorded steps
+        recorded_next = self._steps % self.every == 0
+        self._acts.watch(recorded_next)  # hooks only on recorded steps
+        self._attention.watch(recorded_next)
 
     def log_eval(
         self,
@@ -204,21 +233,27 @@ class Monitor:
         train_acc: float,
         val_acc: float,
         val_loss: float = float("nan"),
+        val_token_acc: float = float("nan"),
         step: int | None = None,
     ) -> None:
         """Record an evaluation of the weights after ``step`` updates (default:
-        the latest step). Evaluations are logged in the order of their steps."""
+        the latest step). Evaluations are logged in the order of their steps.
+
+        For a language model, ``train_acc`` and ``val_acc`` are the task's accuracy (the
+        answers' exact match, say) and ``val_token_acc`` the validation's token accuracy.
+        """
         at = self._steps if step is None else int(step)
         if self._evals and at < self._evals[-1][0]:
             raise ValueError(
                 f"log_eval(step={at}): evaluations are logged in step order, "
                 f"and step {self._evals[-1][0]:.0f} was logged already"
             )
-        self._evals.append((at, train_acc, val_acc, val_loss))
+        self._evals.append((at, train_acc, val_acc, val_loss, val_token_acc))
 
     # -- what is recorded per step -----------------------------------------------
-    def _hits_of(self, output: Any, target: Any) -> torch.Tensor:
-        """Correct predictions in the batch, on the device (checked before anything is kept)."""
+    def _hits_of(self, output: Any, target: Any, mask: Any = None) -> torch.Tensor:
+        """[hits, counted, padded, padded and counted] of the batch, on the device (checked
+        before anything is kept)."""
         if not isinstance(output, torch.Tensor) or not isinstance(target, torch.Tensor):
             raise FaultbenchError(
                 f"monitor.step(output={type(output).__name__}, target={type(target).__name__}): "
@@ -235,10 +270,30 @@ class Monitor:
                 f"expected class indices of shape {out_shape[:-1]} or class scores of shape "
                 f"{out_shape}"
             )
+        counted = labels != self.ignore_index
+        padding = self._padding(mask, tuple(labels.shape))
         if not self._output_classes:
             self._output_classes = classes_of(output)
         self._acc_sizes.append(labels.numel())
-        return (output.detach().argmax(-1) == labels).sum()
+        self._masked.append(padding is not None)
+        hits = ((output.detach().argmax(-1) == labels) & counted).sum()
+        if padding is None:
+            padding = torch.zeros_like(counted)
+        row = [hits, counted.sum(), padding.sum(), (padding & counted).sum()]
+        wide = torch.float64 if hits.device.type == "cpu" else torch.float32  # MPS has no float64
+        return torch.stack(row).to(wide)
+
+    def _padding(self, mask: Any, shape: tuple[int, ...]) -> torch.Tensor | None:
+        """Where ``mask`` says padding (a boolean tensor of ``shape``), or None without one."""
+        if mask is None:
+            return None
+        if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != shape:
+            got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise FaultbenchError(
+                f"monitor.step: mask of shape {got}; expected a tensor of the target's shape "
+                f"{shape} (1 for real tokens, 0 for padding)"
+            )
+        return mask.detach() == 0
 
     def _first_batch(self, batch: Any) -> None:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
@@ -281,7 +336,8 @@ class Monitor:
         steps = len(losses)
         layer_series = self._layers.series()
         recorded = len(layer_series["zero_grad_share"])
-        evals = np.array(self._evals, dtype=np.float64).reshape(-1, 4)
+        evals = np.array(self._evals, dtype=np.float64).reshape(-1, 5)
+        per_token = self._per_token(steps)
         return Trace(
             loss=losses,
             zero_grad_share=layer_series.pop("zero_grad_share"),
@@ -294,22 +350,41 @@ class Monitor:
             val_loss=evals[:, 3],
             input_stats=self._input_stats(),
             stat_steps=np.array(self._stat_steps[:recorded], dtype=np.float64),
-            batch_acc=self._batch_acc(steps),
+            batch_acc=per_token["batch_acc"],
             lr=self._rates()[:steps],
+            val_token_acc=evals[:, 4],
+            counted_share=per_token["counted_share"],
+            padding_share=per_token["padding_share"],
+            padding_counted_share=per_token["padding_counted_share"],
             **layer_series,
             **self._acts.series(),
+            **self._attention.series(),
             **self._layers.at_end(),
         )
 
     def _rates(self) -> np.ndarray:
         return np.array([float(r) for r in self._lrs], dtype=np.float64)
 
-    def _batch_acc(self, steps: int) -> np.ndarray:
-        out = np.full(steps, np.nan)
-        hits = self._hits.read()[:, 0]
-        at = np.array(self._acc_steps[: len(hits)], dtype=np.int64)
+    def _per_token(self, steps: int) -> dict[str, np.ndarray]:
+        """Per step (NaN where ``step`` got no output and target): the accuracy over the
+        counted targets, the share counted, and with a mask the padding's share and the
+        share of padding counted (NaN without padding)."""
+        out = {
+            name: np.full(steps, np.nan)
+            for name in ("batch_acc", "counted_share", "padding_share", "padding_counted_share")
+        }
+        raw = self._hits.read()
+        at = np.array(self._acc_steps[: len(raw)], dtype=np.int64)
+        sizes = np.array(self._acc_sizes[: len(raw)], dtype=np.float64)
+        masked = np.array(self._masked[: len(raw)], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
-            out[at] = hits / np.array(self._acc_sizes[: len(hits)], dtype=np.float64)
+            out["batch_acc"][at] = raw[:, HITS] / raw[:, COUNTED]
+            out["counted_share"][at] = raw[:, COUNTED] / sizes
+            padded = np.where(masked, raw[:, PADDED], np.nan)
+            out["padding_share"][at] = padded / sizes
+            out["padding_counted_share"][at] = np.where(
+                padded > 0, raw[:, PADDED_COUNTED] / padded, np.nan
+            )
         return out
 
     def _input_stats(self) -> dict[str, float]:
@@ -320,6 +395,7 @@ class Monitor:
     def close(self) -> None:
         """Remove the hooks this monitor put on the model (the trace stays readable)."""
         self._acts.close()
+        self._attention.close()
         self._first.close()
 
 

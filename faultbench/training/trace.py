@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,8 @@ SERIES_BY_NAME = (
     "nonpositive_share",
     "saturated_share",
     "activation_mean_abs",
+    "attention_entropy",
+    "attention_future",
 )
 
 
@@ -51,13 +53,15 @@ class Trace:
     """Per-step and per-interval measurements of one run.
 
     Three lengths of series: *per step* (``loss``, ``batch_acc``, the two
-    timings) have one entry per optimizer update; *per recorded step* (every
-    other per-step field) one entry per step listed in ``stat_steps`` (every
-    step unless the Monitor was made with ``every > 1``); ``eval_*`` one entry
+    timings, the rate, the counted and padding shares) have one entry per
+    optimizer update; *per recorded step* (every other per-step field) one
+    entry per step listed in ``stat_steps`` (every step unless the Monitor was
+    made with ``every > 1``); ``eval_*`` one entry
     per evaluation. A "layer" is a module with parameters of its own, named by
     its path in the model (``model.named_modules()``); an "activation module"
-    is an ``nn.ReLU``-family, ``nn.Sigmoid`` or ``nn.Tanh`` module, likewise
-    named. Non-finite values are data (a diverged run); NaN also marks a step
+    is an ``nn.ReLU``-family, ``nn.Sigmoid`` or ``nn.Tanh`` module, and an "attention
+    module" one that returns its weights (:mod:`faultbench.training.attention`),
+    likewise named. Non-finite values are data (a diverged run); NaN also marks a step
     that had no value (no output given, no forward of that module).
     """
 
@@ -87,6 +91,18 @@ class Trace:
     # Per sampling k (as text), per layer: weights never given a gradient on the steps
     # Monitor(every=k) records. An every-step trace keeps them so that it can be read at k.
     no_grad_sampled: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Sequence models (NaN, or empty, for a classifier's run):
+    val_token_acc: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per evaluation
+    counted_share: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step: targets
+    # counted in the loss (not the ignore index) / target positions
+    padding_share: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step: padding
+    # positions / positions (a mask given to Monitor.step)
+    padding_counted_share: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step:
+    # padding positions whose target counted / padding positions
+    attention_entropy: dict[str, np.ndarray] = field(default_factory=dict)  # per attention
+    # module, per recorded step: mean entropy of a row of weights (nats)
+    attention_future: dict[str, np.ndarray] = field(default_factory=dict)  # per attention
+    # module, per recorded step: mean share of a row's weight on later positions (0: causal)
 
     @property
     def steps(self) -> int:
@@ -162,6 +178,8 @@ class Trace:
         """Inverse of :meth:`to_dict`."""
         kwargs: dict[str, Any] = {}
         for f in fields(cls):
+            if f.name not in data and f.default_factory is not MISSING:
+                continue  # a field added since (a record of other code is keyed apart anyway)
             value = data[f.name]
             if f.name in SERIES_BY_NAME:
                 kwargs[f.name] = {k: _array(v) for k, v in value.items()}
