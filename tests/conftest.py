@@ -55,7 +55,7 @@ def _train_grid(
     task = get_task(task_name)
     specs = [
         RunSpec(task.name, task.fingerprint, cond, seed)
-        for cond in canonical_conditions()
+        for cond in canonical_conditions(task=task)
         for seed in range(seeds)
     ]
     store = Store(root)

@@ -16,7 +16,7 @@ from torch import nn
 from faultbench import Monitor, Probe
 from faultbench.cli.main import main
 from faultbench.core.errors import FaultbenchError
-from faultbench.faults.fault import condition_names
+from faultbench.faults.fault import canonical_conditions
 from faultbench.faults.recipe import base_setup, named_optimizer
 from faultbench.scoring.diagnosis import Diagnosis
 from faultbench.scoring.evaluate import run_for
@@ -64,7 +64,7 @@ def _verdicts(report: object) -> dict[str, str]:
     return {c.name: c.verdict for c in report.checks}  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name", condition_names())
+@pytest.mark.parametrize("name", [c.name for c in canonical_conditions(task=get_task("digits"))])
 def test_checklist_reads_the_run(digits_grid: Grid, name: str) -> None:
     run = _run(digits_grid, name)
     report = doctor(run, Recorder())

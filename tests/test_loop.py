@@ -16,7 +16,7 @@ from faultbench.faults.family import draw_design
 from faultbench.faults.fault import FAULTS, HELD_OUT, base_setup, condition
 from faultbench.faults.recipe import Recipe
 from faultbench.tasks.task import get_task
-from faultbench.training.loop import EVALUATIONS, _Scorer, train
+from faultbench.training.loop import EVALUATIONS, train
 from faultbench.training.model import build_model
 from faultbench.training.trace import Trace
 
@@ -37,7 +37,7 @@ def _written_out(task: str, fault: str, drawn: bool) -> Trace:
     optimizer = setup.make_optimizer(setup.param_groups(model, setup), setup)
     schedule = setup.make_schedule(optimizer, setup)
     monitor = Monitor(model, optimizer)
-    scorer, every = _Scorer(setup), max(1, setup.steps // EVALUATIONS)
+    scorer, every = setup.make_scorer(setup), max(1, setup.steps // EVALUATIONS)
     for step, (xb, yb) in zip(range(1, setup.steps + 1), monitor.batches(setup.loader(setup))):
         loss = setup.loss(model(xb), yb)
         setup.clear(model, optimizer, step)
