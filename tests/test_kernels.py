@@ -54,7 +54,9 @@ def test_a_local_pool_worker_runs_the_pinned_kernels(monkeypatch: pytest.MonkeyP
         monkeypatch.delenv(name)
     engine = LocalEngine(workers=1)
     try:
-        assert [found for _, found in engine.map_unordered(_capability, [0])] == ["DEFAULT"]
+        assert [found for _, found in engine.map_unordered(_capability, [0])] == [
+            kernels.CAPABILITY
+        ]
     finally:
         engine.close()
 
@@ -71,7 +73,7 @@ def test_the_command_line_pins_its_process() -> None:
         _unpinned_environment(),
     )
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines()[-1] == "CAPABILITY DEFAULT"
+    assert shown.stdout.splitlines()[-1] == f"CAPABILITY {kernels.CAPABILITY}"
 
 
 @pytest.mark.slow
@@ -93,8 +95,8 @@ def test_a_process_whose_torch_ran_unpinned_refuses_to_train(tmp_path: Path) -> 
     code = (
         "import sys, torch\n"
         "torch.ones(2).add_(1)  # torch's kernels are chosen here, unpinned\n"
-        "if torch.backends.cpu.get_cpu_capability() == 'DEFAULT':\n"
-        "    sys.exit(print('NATIVE DEFAULT'))  # a processor whose best is the pin\n"
+        "if torch.backends.cpu.get_cpu_capability() == 'AVX2':\n"
+        "    sys.exit(print('NATIVE AVX2'))  # a processor whose best is the pin\n"
         "from faultbench.core.kernels import Unpinned\n"
         "from faultbench.faults.fault import Condition\n"
         "from faultbench.storage.records import RunSpec\n"
@@ -110,12 +112,12 @@ def test_a_process_whose_torch_ran_unpinned_refuses_to_train(tmp_path: Path) -> 
     )
     shown = _python(code, _unpinned_environment(), str(tmp_path))
     assert shown.returncode == 0, shown.stderr
-    if shown.stdout.startswith("NATIVE DEFAULT"):
+    if shown.stdout.startswith("NATIVE AVX2"):
         pytest.skip("this processor's own kernels are the pinned ones")
     assert shown.stdout.startswith("REFUSED this process runs torch's "), shown.stdout
     assert shown.stdout.count("\n") == 1  # one line
     assert "train on the local engine" in shown.stdout
-    assert "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE" in shown.stdout
+    assert "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2" in shown.stdout
     assert not list(tmp_path.rglob("*.json"))  # no failed record stored: nothing trained
 
 

@@ -44,7 +44,7 @@ def train(
 ) -> TrainResult:
     """Train one run. ``record=False`` is the bare loop the benchmark compares against.
 
-    The same recipe trains to the same numbers on any x86-64 machine with the
+    The same recipe trains to the same numbers on any x86-64 machine with AVX2 and the
     same torch: one thread, deterministic algorithms, every random draw
     (initialization, batch order, dropout, a fault's own) seeded from
     ``recipe.seed``, and, in a process pinned before torch ran
