@@ -18,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from faultbench.faults.fault import canonical_conditions
+from faultbench.faults.fault import (
+    FAULTS,
+    HEALTHY,
+    canonical_conditions,
+    inapplicable,
+    variant_ids,
+)
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -26,6 +32,14 @@ from faultbench.tasks.task import get_task
 from faultbench.training.engine import LocalEngine
 
 SIGNAL_SEEDS = 3  # the issue asks for each fault's signal over at least 3 seeds
+#: The known faults a classifier's grid holds (a language model's faults apply to sequence
+#: tasks only: tests/test_language_faults.py), and digits' classic conditions.
+CLASSIFIER_FAULTS = [n for n in FAULTS.names() if not inapplicable(n, get_task("digits"))]
+DIGITS_CONDITIONS = [HEALTHY, *CLASSIFIER_FAULTS]
+#: Every variant that applies to a classifier task (digits or shapes).
+CLASSIFIER_VARIANTS = [
+    i for i in variant_ids() if any(not inapplicable(i, get_task(t)) for t in ("digits", "shapes"))
+]
 
 
 @pytest.fixture(autouse=True)

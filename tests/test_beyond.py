@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import faultbench as fb
-from conftest import SIGNAL_SEEDS
+from conftest import CLASSIFIER_FAULTS, SIGNAL_SEEDS
 from faultbench.cli.main import main
 from faultbench.faults.fault import FAULTS, condition
 from faultbench.reporting.calibration import calibration_table, coverage_curve
@@ -27,7 +27,7 @@ def _healthy(grid: Grid) -> list[tuple[fb.Trace, fb.RunConfig]]:
     return [(r.trace, r.config) for r in runs if r.trace and r.config]
 
 
-@pytest.mark.parametrize("fault", FAULTS.names())
+@pytest.mark.parametrize("fault", CLASSIFIER_FAULTS)
 def test_canonical_faults_manifest_on_digits(fault: str, digits_grid: Grid) -> None:
     record = digits_grid[(fault, 0)]
     assert record.trace and record.config

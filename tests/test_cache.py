@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import faultbench.storage.records
-from faultbench.faults.fault import FAULTS, Fault, canonical_conditions, condition_names
+from conftest import DIGITS_CONDITIONS
+from faultbench.faults.fault import FAULTS, Fault, canonical_conditions
 from faultbench.scoring.diagnosis import Diagnosis
 from faultbench.scoring.evaluate import evaluate
 from faultbench.scoring.run import Run
@@ -58,7 +59,7 @@ def test_rerun_of_a_stored_grid_trains_nothing(
         engine=RefusingEngine(),
     )
     assert report.trained == 0
-    assert report.total == len(condition_names()) * 3 == len(digits_grid)
+    assert report.total == len(DIGITS_CONDITIONS) * 3 == len(digits_grid)
     assert report.failures == {}
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SIGNAL_SEEDS
+from conftest import DIGITS_CONDITIONS, SIGNAL_SEEDS
 from faultbench.cli.main import main
-from faultbench.faults.fault import condition_names
 from faultbench.reporting.pairs import pair_conditions
 from faultbench.scoring.evaluate import Report, RunResult
 from faultbench.scoring.summary import WIDTH, short_labels
@@ -44,9 +43,9 @@ def test_run_json_on_stored_runs(
     assert (out["correct"], out["total"]) == (SIGNAL_SEEDS, 10 * SIGNAL_SEEDS)
     assert out["tuned"] is False and out["diagnoser"] == "always-healthy"
     assert out["task"] == "synthetic" and out["trained"] == 0
-    assert list(out["confusion"]) == condition_names()
+    assert list(out["confusion"]) == DIGITS_CONDITIONS
     assert out["confusion"]["dead_units"]["healthy"] == SIGNAL_SEEDS
-    assert set(out["confusion"]["healthy"]) == {*condition_names(), "unknown"}
+    assert set(out["confusion"]["healthy"]) == {*DIGITS_CONDITIONS, "unknown"}
 
 
 def test_run_table_labels_tuned(
@@ -70,7 +69,7 @@ def test_run_table_labels_tuned(
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "held-out" in out and f"/{10 * SIGNAL_SEEDS} correct" in out
-    for name in [*condition_names(), "unknown"]:
+    for name in [*DIGITS_CONDITIONS, "unknown"]:
         assert name in out
     assert max(len(line) for line in out.splitlines()) <= WIDTH  # a 100-column terminal
 
@@ -78,7 +77,7 @@ def test_run_table_labels_tuned(
 def test_list_shows_registries(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    for name in [*condition_names(), "digits", "synthetic", "always-healthy", "random"]:
+    for name in [*DIGITS_CONDITIONS, "digits", "synthetic", "always-healthy", "random"]:
         assert name in out
     assert "severity 1000" in out  # huge_inputs' canonical severity
 
@@ -122,7 +121,7 @@ def test_bad_input_exits_2_with_one_line(argv: list[str], message: str) -> None:
 
 def _everything_report(truths: list[str]) -> Report:
     """A report in which every truth meets every answer once (the widest matrix)."""
-    answers = [*condition_names(), "unknown"]
+    answers = [*DIGITS_CONDITIONS, "unknown"]
     results = tuple(
         RunResult(seed=i, condition=t, predicted=a, status="ok")
         for t in truths
@@ -133,12 +132,12 @@ def _everything_report(truths: list[str]) -> Report:
 
 @pytest.mark.parametrize("grid", ["canonical", "pairs"])
 def test_the_printed_report_fits_100_columns_and_spells_out_its_codes(grid: str) -> None:
-    truths = condition_names() if grid == "canonical" else [c.name for c in pair_conditions()]
+    truths = DIGITS_CONDITIONS if grid == "canonical" else [c.name for c in pair_conditions()]
     report = _everything_report(truths)
     text = str(report)
     assert max(len(line) for line in text.splitlines()) <= WIDTH, text
     legend = " ".join(line for line in text.splitlines() if line.startswith(("columns:", " ")))
-    codes = short_labels([*condition_names(), "unknown"])
+    codes = short_labels([*DIGITS_CONDITIONS, "unknown"])
     assert len(set(codes.values())) == len(codes)  # distinct
     for name, code in codes.items():
         assert f"{code} = {name}" in legend

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import DIGITS_CONDITIONS
 from faultbench.cli.main import main as cli_main
 from faultbench.core import kernels
 from faultbench.core.errors import FaultbenchError
-from faultbench.faults.fault import condition_names
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -57,7 +57,7 @@ def test_dask_local_cluster_matches_local_engine_run_for_run(
         for (name, seed), record in sorted(digits_grid.items())
         if seed == 0
     ]
-    assert len(specs) == len(condition_names())  # every fault, trained on the cluster
+    assert len(specs) == len(DIGITS_CONDITIONS)  # every fault, trained on the cluster
     engine = DaskEngine(workers=2)
     try:
         assert len(engine._client.scheduler_info()["workers"]) == 2

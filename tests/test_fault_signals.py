@@ -8,8 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from conftest import SIGNAL_SEEDS
-from faultbench.faults.fault import FAULTS
+from conftest import CLASSIFIER_FAULTS, SIGNAL_SEEDS
 from faultbench.storage.records import RunRecord
 from faultbench.training.trace import Trace
 
@@ -78,16 +77,16 @@ def check_frozen_layer(t: Trace, healthy: Trace) -> None:
 
 
 SIGNALS: dict[str, Callable[[Trace, Trace], None]] = {
-    name: globals()[f"check_{name}"] for name in FAULTS.names() if f"check_{name}" in globals()
+    name: globals()[f"check_{name}"] for name in CLASSIFIER_FAULTS if f"check_{name}" in globals()
 }
 
 
 def test_every_fault_has_a_signal_check() -> None:
-    assert sorted(SIGNALS) == sorted(FAULTS.names())
+    assert sorted(SIGNALS) == sorted(CLASSIFIER_FAULTS)
 
 
 @pytest.mark.parametrize("seed", range(SIGNAL_SEEDS))
-@pytest.mark.parametrize("fault", FAULTS.names())
+@pytest.mark.parametrize("fault", CLASSIFIER_FAULTS)
 def test_fault_signal_visible(
     fault: str, seed: int, digits_grid: dict[tuple[str, int], RunRecord]
 ) -> None:

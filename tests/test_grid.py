@@ -139,7 +139,7 @@ def test_levels_are_visible_and_grow_by_the_step() -> None:
     # 5 (|ln 11 - ln 7.75| = 0.35 against 0.44).
     chosen = choose_levels(
         _points(
-            (0.67, 50.0), (1.0, 2.0), (1.0, 2.2), (1.0, 5.0), (1.0, 11.0), (1.0, 30.0), (1.0, 31.0)
+            (0.5, 50.0), (1.0, 2.0), (1.0, 2.2), (1.0, 5.0), (1.0, 11.0), (1.0, 30.0), (1.0, 31.0)
         )
     )
     assert {k: v.effect for k, v in chosen.items()} == {

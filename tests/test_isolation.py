@@ -18,7 +18,8 @@ import numpy as np
 import psutil
 import pytest
 
-from faultbench.faults.fault import canonical_conditions, condition_names
+from conftest import DIGITS_CONDITIONS
+from faultbench.faults.fault import canonical_conditions
 from faultbench.scoring.evaluate import evaluate, run_for
 from faultbench.scoring.harness import diagnose_safely
 from faultbench.scoring.worker import GRACE, TERM_WAIT, DiagnosisWorker
@@ -222,7 +223,7 @@ def test_cli_survives_misbehaving_diagnoser(name, status, extra, digits_grid, sh
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)  # a diagnoser's prints went to stderr, not into the JSON
-    n = len(condition_names())
+    n = len(DIGITS_CONDITIONS)
     assert out["total"] == n and out["correct"] == 0 and out["trained"] == 0
     assert out["failures"] == {status: n}
     expected = {
@@ -247,7 +248,7 @@ def test_cli_prints_each_distinct_failure_with_its_count(digits_grid, shared_sto
     ]
     proc = _cli(*argv, "--engine", "serial", env_store=shared_store_root)
     assert proc.returncode == 0, proc.stderr
-    n = len(condition_names())
+    n = len(DIGITS_CONDITIONS)
     assert f"failed answers (counted wrong): error: {2 * n}" in proc.stdout
     for seed in (0, 1):
         line = f"  {n} x error: diagnose() raised RuntimeError: boom on seed {seed}"

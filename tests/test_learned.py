@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import DIGITS_CONDITIONS
 from faultbench.diagnosers.learned import FEATURES, TRAIN_SEEDS, LearnedDiagnoser, features
-from faultbench.faults.fault import condition_names
 from faultbench.scoring.evaluate import run_for
 from faultbench.tasks.task import get_task
 from faultbench.tools.checks import make_run, parametrize_checks
@@ -30,7 +30,7 @@ def test_training_seeds_are_disjoint_from_evaluation_seeds() -> None:
     assert LearnedDiagnoser().tuned_on == {"digits"}
 
 
-@pytest.mark.parametrize("name", condition_names())
+@pytest.mark.parametrize("name", DIGITS_CONDITIONS)
 def test_features_are_finite_and_complete(digits_grid, name: str) -> None:
     x = features(run_for(digits_grid[(name, 0)], get_task("digits")))
     assert x.shape == (len(FEATURES),)
@@ -45,7 +45,7 @@ def test_features_of_a_diverged_run_are_finite() -> None:
 
 def test_unseen_seed_is_mostly_named_right(fitted: LearnedDiagnoser, digits_grid) -> None:
     task = get_task("digits")
-    answers = {n: fitted.diagnose(run_for(digits_grid[(n, 2)], task)) for n in condition_names()}
+    answers = {n: fitted.diagnose(run_for(digits_grid[(n, 2)], task)) for n in DIGITS_CONDITIONS}
     right = [n for n, d in answers.items() if d.label == n]
     assert len(right) >= 8, {n: d.label for n, d in answers.items()}
     assert answers["healthy"].label == "healthy"
@@ -55,7 +55,7 @@ def test_unseen_seed_is_mostly_named_right(fitted: LearnedDiagnoser, digits_grid
 def test_fit_is_deterministic(digits_grid) -> None:
     records = [r for (_, seed), r in digits_grid.items() if seed < 2]
     task = get_task("digits")
-    runs = [run_for(digits_grid[(n, 2)], task) for n in condition_names()]
+    runs = [run_for(digits_grid[(n, 2)], task) for n in DIGITS_CONDITIONS]
     first, second = LearnedDiagnoser().fit(records), LearnedDiagnoser().fit(reversed(records))
     assert [first.diagnose(r) for r in runs] == [second.diagnose(r) for r in runs]
 

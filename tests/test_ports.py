@@ -32,6 +32,7 @@ from ports_fixtures import (
 )
 from torch import nn
 
+from conftest import DIGITS_CONDITIONS
 from faultbench.diagnosers import _deepchecker as dc
 from faultbench.diagnosers import _published as pub
 from faultbench.diagnosers import autotrainer as at
@@ -833,7 +834,7 @@ def test_thedeepchecker_abstains_without_a_probe() -> None:
 @pytest.mark.parametrize("name", PORTS)
 def test_port_answers_real_digits_runs_naming_its_rule(digits_grid, name: str) -> None:
     diagnoser, task = get_diagnoser(name), get_task("digits")
-    for condition in condition_names():
+    for condition in DIGITS_CONDITIONS:
         outcome = diagnose_safely(diagnoser, run_for(digits_grid[(condition, 0)], task))
         assert outcome.status == "ok", outcome.message
         labels = {

@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from conftest import CLASSIFIER_FAULTS
 from faultbench.cli.main import main
 from faultbench.core.errors import FaultbenchError
-from faultbench.faults.fault import FAULTS, condition
+from faultbench.faults.fault import condition
 from faultbench.tasks.task import get_task
 from faultbench.tools.preflight import BREAKS, PHASES, Pilot, pilot_for_task, preflight
 
@@ -42,7 +43,7 @@ def test_healthy_digits_passes_all_six_gates() -> None:
     assert abs(loss - math.log(task.n_classes)) < 0.5
 
 
-@pytest.mark.parametrize("fault", FAULTS.names())
+@pytest.mark.parametrize("fault", CLASSIFIER_FAULTS)
 def test_each_fault_fails_its_gate_and_only_it(fault: str) -> None:
     report = preflight(pilot_for_task("digits", condition(fault)))
     assert report.failed == EXPECTED_FAILS.get(fault, [])

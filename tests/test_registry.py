@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from conftest import CLASSIFIER_FAULTS
 from faultbench.core.errors import FaultbenchError
 from faultbench.core.registry import Registry
 from faultbench.faults.fault import FAULTS, condition, condition_names
@@ -34,9 +35,9 @@ def test_unknown_name_suggests_nearest(registry: Registry[int]) -> None:
         registry.get("alpah")
 
 
-def test_nine_faults_and_healthy() -> None:
-    assert len(FAULTS) == 9
-    assert condition_names()[0] == "healthy" and len(condition_names()) == 10
+def test_nine_classifier_faults_six_language_model_faults_and_healthy() -> None:
+    assert len(FAULTS) == 15 and len(CLASSIFIER_FAULTS) == 9
+    assert condition_names()[0] == "healthy" and len(condition_names()) == 16
 
 
 @pytest.mark.parametrize("fault", FAULTS.names())

@@ -53,7 +53,7 @@ def test_sigkill_mid_grid_then_resume(tmp_path):
     task = get_task("digits")
     specs = [
         RunSpec(task.name, task.fingerprint, c, s)
-        for c in canonical_conditions()
+        for c in canonical_conditions(task=task)
         for s in range(SEEDS)
     ]
     proc = subprocess.Popen(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import CLASSIFIER_FAULTS, DIGITS_CONDITIONS
 from faultbench.diagnosers import _features, rules
 from faultbench.diagnosers._probe import memorize
-from faultbench.faults.fault import FAULTS
 from faultbench.scoring.diagnosis import get_diagnoser
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.harness import diagnose_safely
@@ -36,17 +36,17 @@ def _run(grid: dict[tuple[str, int], RunRecord], name: str, seed: int) -> Run:
 
 
 def test_every_fault_has_a_rule() -> None:
-    assert set(RULE_OF) == set(FAULTS.names())
+    assert set(RULE_OF) == set(CLASSIFIER_FAULTS)
 
 
-@pytest.mark.parametrize("fault", FAULTS.names())
+@pytest.mark.parametrize("fault", CLASSIFIER_FAULTS)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_rule_fires_on_its_fault(digits_grid, fault: str, seed: int) -> None:
     finding = RULE_OF[fault](_run(digits_grid, fault, seed))
     assert finding.fired, finding.evidence
 
 
-@pytest.mark.parametrize("fault", FAULTS.names())
+@pytest.mark.parametrize("fault", CLASSIFIER_FAULTS)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_rule_silent_on_healthy(digits_grid, fault: str, seed: int) -> None:
     finding = RULE_OF[fault](_run(digits_grid, "healthy", seed))
@@ -68,7 +68,7 @@ def test_probe_cannot_memorize_through_a_softmax_head(digits_grid) -> None:
     assert memo.best_loss >= _features.softmax_floor(10) * (1 - rules.FLOOR_SLACK)
 
 
-@pytest.mark.parametrize("name", ["healthy", *FAULTS.names()])
+@pytest.mark.parametrize("name", DIGITS_CONDITIONS)
 def test_rules_names_each_canonical_condition(digits_grid, name: str) -> None:
     diagnoser = get_diagnoser("rules")
     for seed in SEEDS:

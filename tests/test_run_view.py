@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from faultbench.faults.fault import FAULTS, condition_names
+from conftest import CLASSIFIER_FAULTS, DIGITS_CONDITIONS
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.run import Run
 from faultbench.storage.records import RunRecord
@@ -45,11 +45,11 @@ def _strings(objs: list[Any]) -> set[str]:
     return {o for o in objs if isinstance(o, str)}
 
 
-@pytest.mark.parametrize("name", condition_names())
+@pytest.mark.parametrize("name", DIGITS_CONDITIONS)
 def test_run_reveals_no_condition(name: str, digits_grid: dict[tuple[str, int], RunRecord]) -> None:
     run = run_for(digits_grid[(name, 0)], get_task("digits"))
     objs = _reachable(run)
-    faults = FAULTS.names()
+    faults = CLASSIFIER_FAULTS
     leaked = [s for s in _strings(objs) if any(f in s for f in faults)]
     assert leaked == []
     assert not [type(o).__name__ for o in objs if type(o).__name__ in FORBIDDEN_TYPES]

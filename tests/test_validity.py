@@ -192,7 +192,7 @@ def test_grid_rates_are_the_full_grids_scores() -> None:
         ("classic", "lr_too_high", "healthy", scores.KNOWN),  # not the full grid: left out
     ]:
         rows.append(
-            {"diagnoser": "a", "grid": grid, "truth": truth, "predicted": predicted,
+            {"diagnoser": "a", "grid": grid, "every": 20, "truth": truth, "predicted": predicted,
              "kind": kind, "status": "ok", "level": "", "variant": truth}
         )  # fmt: skip
     rates = grid_rates(pd.DataFrame(rows)).loc["a"]

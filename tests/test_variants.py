@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SIGNAL_SEEDS
+from conftest import CLASSIFIER_VARIANTS, DIGITS_CONDITIONS, SIGNAL_SEEDS
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import (
     FAULTS,
@@ -54,7 +54,7 @@ def _task_for(ident: str) -> str:
 def variant_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
     """(task, condition, seed) -> record: each variant on its task, plus healthy seeds."""
     specs: dict[str, list[RunSpec]] = {name: [] for name in CHECK_TASKS}
-    for ident in variant_ids():
+    for ident in CLASSIFIER_VARIANTS:
         task = get_task(_task_for(ident))
         specs[task.name] += [
             RunSpec(task.name, task.fingerprint, condition(ident), s) for s in range(SIGNAL_SEEDS)
@@ -73,7 +73,7 @@ def variant_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(SIGNAL_SEEDS))
-@pytest.mark.parametrize("ident", variant_ids())
+@pytest.mark.parametrize("ident", CLASSIFIER_VARIANTS)  # a language model's: test_language_faults
 def test_variant_shows_in_every_seed(ident: str, seed: int, variant_grid: Grid) -> None:
     task = _task_for(ident)
     record = variant_grid[(task, condition(ident).name, seed)]
@@ -218,7 +218,7 @@ CLASSIC = set(FAULTS.names())  # their signatures: test_fault_signals.py
 
 
 def test_every_new_mechanism_has_a_signature() -> None:
-    assert sorted(SIGNATURES) == sorted(set(variant_ids()) - CLASSIC)
+    assert sorted(SIGNATURES) == sorted(set(CLASSIFIER_VARIANTS) - CLASSIC)
 
 
 @pytest.mark.slow
@@ -294,7 +294,8 @@ def test_a_variant_is_scored_under_its_faults_label() -> None:
 
 def test_held_out_names_are_no_answer_but_other_fault_is() -> None:
     assert labels() == [*condition_names(), OTHER_FAULT]
-    assert len(condition_names()) == 10 and condition_names()[0] == "healthy"
+    assert condition_names()[: len(DIGITS_CONDITIONS)] == DIGITS_CONDITIONS  # then a language
+    assert len(condition_names()) == len(DIGITS_CONDITIONS) + 6  # model's six faults
     assert not set(HELD_OUT.names()) & set(labels())
     assert len(HELD_OUT.names()) >= 6
 

@@ -317,7 +317,9 @@ def recall_view(scores: pd.DataFrame) -> pd.DataFrame:
     """Recall per condition (rows) for each diagnoser on each task (columns)."""
     view = pd.DataFrame({"condition": condition_names()})
     for _, row in scores.iterrows():
-        view[f"{row['diagnoser']} / {row['task']}"] = [row[f"recall_{c}"] for c in view.condition]
+        view[f"{row['diagnoser']} / {row['task']}"] = [
+            row.get(f"recall_{c}", "") for c in view.condition
+        ]
     return view
 
 

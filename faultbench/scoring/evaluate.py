@@ -219,10 +219,16 @@ class Report:
         return sorted({r.seed for r in self.results})
 
     def confusion_for(self, results: Sequence[RunResult] | None = None) -> pd.DataFrame:
-        """Confusion matrix (rows: truth, columns: prediction incl. ``unknown``)."""
+        """Confusion matrix (rows: truth, columns: prediction incl. ``unknown``).
+
+        The columns are the labels of the report's conditions and any other label
+        answered: a label no run of this task has and no answer gave (a language
+        model's fault on digits) would be a column of zeros.
+        """
         results = self.results if results is None else results
         rows = self.labels
-        columns = [*condition_names(), UNKNOWN]
+        shown = {label_of(r.condition) for r in self.results} | {r.predicted for r in results}
+        columns = [name for name in condition_names() if name in shown] + [UNKNOWN]
         columns += sorted({r.predicted for r in results} - set(columns))
         labels = list(dict.fromkeys([*columns, *rows]))  # truths such as "a+b" are no answer
         matrix = (

@@ -1,8 +1,9 @@
 """The text of a report: what ``faultbench run`` and ``print(report)`` show.
 
 The confusion matrix keeps the full condition names on its rows and gives its
-columns short codes, spelled out in a legend below it, so that the ten
-conditions plus ``unknown`` fit in a 100-column terminal.
+columns short codes, spelled out in a legend below it, so that a task's
+conditions plus ``unknown`` fit in a 100-column terminal (a wider matrix
+continues in a second block).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def matrix_text(frame: pd.DataFrame) -> str:
     short.columns.name = "true \\ predicted"
     short.index.name = None
     legend = [f"{code} = {name}" for name, code in codes.items()]
-    return short.to_string() + "\n" + "\n".join(packed("columns:", legend))
+    # A matrix wider than the terminal (a task with a language model's labels, or a
+    # diagnoser answering them) continues below, as pandas wraps it: never past WIDTH.
+    return short.to_string(line_width=WIDTH) + "\n" + "\n".join(packed("columns:", legend))
 
 
 def packed(head: str, entries: Sequence[str]) -> list[str]:

@@ -18,7 +18,7 @@ DIAGNOSIS = (
     "it must predict, so training teaches copying that inference cannot use; the maintainer "
     "added masked training ('it now trains like a regular transformer')."
 )
-LABEL = "other_fault"
+LABEL = "causal_mask_missing"  # a known fault since the language-model tasks (was other_fault)
 MODEL = "transformer"
 OPTIMIZER = "Adam"
 DATA = (
