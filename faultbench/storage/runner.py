@@ -19,6 +19,7 @@ from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.store import KeyLock, Store, stamped
 from faultbench.tasks.task import TASKS, Task, get_task
 from faultbench.training.engine import Engine, SerialEngine
+from faultbench.training.instruments import Factory, build
 from faultbench.training.loop import train
 
 
@@ -30,11 +31,17 @@ class TrainJob:
     task: Task | None  # None for registered tasks: the worker rebuilds them by name
     key: str  # the driver's cache key: a worker with other code must not re-key it
     code_version: str  # the driver's code version, recorded with the run
+    instruments: tuple[Factory, ...] = ()  # the spec's instruments' factories, resolved here
 
 
 def make_job(spec: RunSpec, task: Task | None = None) -> TrainJob:
-    """The job for ``spec``, keyed by this (driver) process's code version."""
-    return TrainJob(spec, task, spec.key(), records.code_version())
+    """The job for ``spec``, keyed by this (driver) process's code version.
+
+    The spec's instruments are resolved here, in the driver, and travel as their
+    factories: a worker need not have imported the module that registered one.
+    """
+    factories = tuple(ref.factory for ref in spec.instruments)
+    return TrainJob(spec, task, spec.key(), records.code_version(), factories)
 
 
 def train_record(job: TrainJob) -> RunRecord:
@@ -43,8 +50,10 @@ def train_record(job: TrainJob) -> RunRecord:
     spec = job.spec
     try:
         task = job.task or get_task(spec.task)
+        named = [(ref.name, f) for ref, f in zip(spec.instruments, job.instruments, strict=True)]
         with one_thread():
-            result = train(spec.condition.apply(base_setup(task, spec.seed, spec.design)))
+            recipe = spec.condition.apply(base_setup(task, spec.seed, spec.design))
+            result = train(recipe, instruments=build(named))
     except Exception as exc:
         detail = traceback.format_exc(limit=3)
         return _failed(job, f"{type(exc).__name__}: {exc}", time.perf_counter() - start, detail)
@@ -57,6 +66,7 @@ def train_record(job: TrainJob) -> RunRecord:
         trace=result.trace,
         config=result.config,
         code_version=job.code_version,
+        instruments=result.instruments,
     )
 
 
