@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from faultbench.diagnosers.autotrainer import AutoTrainer
 from faultbench.diagnosers.baselines import AlwaysHealthy, RandomDiagnoser
+from faultbench.diagnosers.cockpit_live import CockpitLiveDiagnoser
 from faultbench.diagnosers.cockpit_tool import CockpitDiagnoser
 from faultbench.diagnosers.deepdiagnosis import DeepDiagnosis
 from faultbench.diagnosers.doctor import DoctorDiagnoser
@@ -19,6 +20,7 @@ __all__ = [
     "AlwaysHealthy",
     "AutoTrainer",
     "CockpitDiagnoser",
+    "CockpitLiveDiagnoser",
     "DeepDiagnosis",
     "DoctorDiagnoser",
     "LRRangeDiagnoser",
