@@ -125,6 +125,7 @@ class CockpitInstrument(Instrument):
         self._cp: Any = None
         self._tracked: list[str] = []
         self._refused: list[str] = []
+        self._uncovered: list[str] = []
 
     def start(
         self,
@@ -179,6 +180,7 @@ class CockpitInstrument(Instrument):
             self._track(global_step, batch)
         except Exception as exc:  # Cockpit's failure is recorded, never the run's
             self._error = f"step {step}: {type(exc).__name__}: {exc}"
+            self._uncovered = self._without_batch_grad(batch)
 
     def _track(self, global_step: int, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         xb, yb = batch
@@ -206,6 +208,28 @@ class CockpitInstrument(Instrument):
                         if side.grad is None:
                             side.grad = torch.zeros_like(side)
 
+    def _without_batch_grad(self, batch: tuple[torch.Tensor, torch.Tensor]) -> list[str]:
+        """The tracked parameters BackPACK gives no individual gradients (a GRU's, a
+        LayerNorm's: it has no extension for them), which every economy quantity needs:
+        what usually stopped Cockpit. One backward of the copy, as the replay adapter checks."""
+        from backpack import backpack, extensions
+
+        xb, yb = batch
+        side = dict(self._side.named_parameters())
+        try:
+            with torch.random.fork_rng(devices=[]), torch.enable_grad(), _tools.quiet():
+                loss = self._loss_fn(self._side(xb), yb)
+                with backpack(extensions.BatchGrad()):
+                    loss.backward()
+        except Exception:
+            return []
+        missing = [n for n in self._tracked if getattr(side[n], "grad_batch", None) is None]
+        for p in side.values():
+            p.grad = None
+            if hasattr(p, "grad_batch"):
+                del p.grad_batch
+        return missing
+
     def after_step(
         self,
         model: nn.Module,
@@ -227,6 +251,7 @@ class CockpitInstrument(Instrument):
             "parameters": self._tracked,
             "refused": self._refused,
             "error": self._error,
+            "no_batch_grad": self._uncovered,
             "output": {str(step): _plain(values) for step, values in sorted(output.items())},
         }
 
@@ -304,10 +329,9 @@ class CockpitLiveDiagnoser:
                 "unknown", "no cockpit record", {"why": "the run trained without the instrument"}
             )
         output = cockpit_output(seen)
-        if not output:
-            return _tools.answer(
-                "unknown", "cockpit tracked nothing", {"why": seen.get("error", "")}
-            )
+        if not output:  # as the replay answers for a model BackPACK cannot extend
+            why = {"why": seen.get("error", ""), "no_batch_grad": seen.get("no_batch_grad", [])}
+            return _tools.answer("unknown", "cockpit cannot instrument this model", why)
         numbers: dict[str, Any] = {**cockpit_tool.summarize(output), **loop_numbers(output)}
         shown = {
             "parameters_refused": bool(seen.get("refused")),
