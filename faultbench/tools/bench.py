@@ -5,7 +5,9 @@
 2. probe cost: ``rules`` diagnosis seconds / training seconds per run;
 3. parallel efficiency of the local process pool on all cores;
 4. cold wall time of the canonical benchmark, and warm rescoring time;
-5. peak resident memory.
+5. peak resident memory;
+6, 7, ...: what each registered instrument (:mod:`faultbench.training.instruments`,
+   e.g. Cockpit attached live) adds to a step of the loop, on the same three step sizes.
 
 Everything runs in one process on one machine, which is usually shared and
 noisy, so timings are interleaved and summarized by medians, and ratios are
@@ -36,6 +38,7 @@ from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.tools.bigstep import small_resnet, train_resnet
 from faultbench.training.engine import LocalEngine
+from faultbench.training.instruments import INSTRUMENTS, Factory, Instrument
 from faultbench.training.loop import EVALUATIONS, train
 from faultbench.training.monitor import DEFAULT_EVERY
 
@@ -125,9 +128,11 @@ OVERHEAD_LABELS = {"digits": ("1a", "digits MLP"), "shapes": ("1b", "shapes CNN"
 
 
 def _interleaved(
-    loops: dict[str, Callable[[], object]], rounds: int, seed: int
+    loops: dict[str, Callable[[], object]], rounds: int, seed: int, *, threads_too: bool = False
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Wall and thread CPU seconds of each loop, ``rounds`` times, interleaved on one thread."""
+    """Wall and thread CPU seconds of each loop, ``rounds`` times, interleaved on one thread
+    (``threads_too``: the CPU seconds of every thread of the process, for an instrument
+    that may work in threads of its own)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a worker
     wall: dict[str, list[float]] = {name: [] for name in loops}
@@ -138,7 +143,7 @@ def _interleaved(
         order = random.Random(seed)  # each round in its own order: no loop always goes first
         for _ in range(rounds):
             for name, run in order.sample(list(loops.items()), len(loops)):
-                w, c = _timed(run)
+                w, c = _timed(run, time.process_time if threads_too else time.thread_time)
                 wall[name].append(w)
                 cpu[name].append(c)
     finally:
@@ -243,10 +248,98 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
     return ordered[k], ordered[n - 1 - k]
 
 
-def _timed(fn: Callable[[], object]) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.thread_time()
+def _timed(
+    fn: Callable[[], object], clock: Callable[[], float] = time.thread_time
+) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), clock()
     fn()
-    return time.perf_counter() - wall, time.thread_time() - cpu
+    return time.perf_counter() - wall, clock() - cpu
+
+
+#: The three step sizes each instrument is priced on: (task or None for the ResNet, label).
+INSTRUMENT_MODELS = (("digits", "digits MLP"), ("shapes", "shapes CNN"), (None, "small ResNet"))
+
+
+def instrument_overhead(number: int, name: str, config: BenchConfig, seed: int = 0) -> list[Figure]:
+    """What instrument ``name`` adds to a step: the loop with it attached over the same loop
+    without it, on the three step sizes of figure 1, interleaved rounds, medians.
+
+    Neither side records a trace or evaluates, so the ratio is the instrument's alone; the
+    CPU time is the whole process's (an instrument may work in threads of its own).
+    """
+    factory = INSTRUMENTS.get(name)
+    figures = []
+    for letter, (task, label) in zip("abc", INSTRUMENT_MODELS, strict=True):
+        loops, pairs, steps, seen = _instrument_loops(factory, task, config, seed)
+        wall, cpu = _interleaved(loops, pairs, seed, threads_too=True)
+        per_round = _rounds(cpu, "instrumented")
+        value = statistics.median(per_round)
+        low, high = median_interval(per_round)
+        step_ms = 1e3 * statistics.median(cpu["bare"]) / steps
+        stopped = seen[0].get("error") if seen else ""
+        figures.append(
+            Figure(
+                f"{number}{letter}. instrument '{name}' / bare loop, time per step ({label})",
+                value,
+                "x",
+                "",
+                None,
+                f"median of {pairs} interleaved rounds (95% interval {low:.3f}-{high:.3f}), "
+                f"{steps} steps of {step_ms:.2f} ms bare, no Monitor and no evaluations on "
+                f"either side, process CPU time; wall clock {_ratio(wall, 'instrumented'):.3f}"
+                + (f"; the instrument's tool stopped: {stopped}" if stopped else ""),
+            )
+        )
+    return figures
+
+
+def _instrument_loops(
+    factory: Factory, task: str | None, config: BenchConfig, seed: int
+) -> tuple[dict[str, Callable[[], object]], int, int, list[dict[str, object]]]:
+    """The bare and instrumented loops of one step size, their rounds and steps, and a list
+    that receives the instrument's record of each instrumented run."""
+    seen: list[dict[str, object]] = []
+
+    def attached() -> list[Instrument]:
+        instrument = factory()
+        finish = instrument.finish
+
+        def kept() -> dict[str, object]:
+            record = finish()
+            seen.insert(0, record)
+            return record
+
+        instrument.finish = kept  # type: ignore[method-assign]
+        return [instrument]
+
+    if task is None:
+        steps = config.big_steps
+        return (
+            {
+                "bare": lambda: train_resnet(steps, monitored=False, seed=seed),
+                "instrumented": lambda: train_resnet(
+                    steps, monitored=False, seed=seed, instruments=attached()
+                ),
+            },
+            config.big_pairs,
+            steps,
+            seen,
+        )
+    setup = base_setup(get_task(task), seed)
+    if config.run_steps is not None:
+        setup = replace(setup, steps=config.run_steps)
+    pairs = config.pairs if task == "digits" else config.cnn_pairs
+    return (
+        {
+            "bare": lambda: train(setup, record=False, evaluate=False),
+            "instrumented": lambda: train(
+                setup, record=False, evaluate=False, instruments=attached()
+            ),
+        },
+        pairs,
+        setup.steps,
+        seen,
+    )
 
 
 def parallel_efficiency(runs: int, workers: int | None = None) -> Figure:
@@ -429,4 +522,8 @@ def run_bench(quick: bool = False, emit: Callable[[str], None] = print) -> list[
         emit(figure.line())
     figures.append(peak_memory())
     emit(figures[-1].line())
+    for number, name in enumerate(INSTRUMENTS.names(), start=6):
+        for figure in instrument_overhead(number, name, config):
+            figures.append(figure)
+            emit(figure.line())
     return figures
