@@ -40,10 +40,11 @@ from faultbench.scoring.diagnosis import (
 from faultbench.scoring.harness import Outcome, diagnose_safely
 from faultbench.scoring.run import Probe, Run
 from faultbench.storage.records import RunRecord, RunSpec, code_version
+from faultbench.storage.runner import make_job, train_result
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
-from faultbench.training.instruments import build, references
-from faultbench.training.loop import TrainResult, train
+from faultbench.training.instruments import references
+from faultbench.training.loop import TrainResult
 
 CHECK_STEPS = 120  # long enough for every trace signal to exist, short enough to train in ~1 s
 CHECK_TIMEOUT = 60.0  # seconds one diagnosis may take inside a check
@@ -70,8 +71,9 @@ class CheckResult:
 def _trained(fault: str, instruments: tuple[str, ...] = ()) -> tuple[Any, TrainResult]:
     task = get_task("digits")
     setup = condition(fault).apply(base_setup(task, CHECK_SEED)).replace(steps=CHECK_STEPS)
-    named = [(ref.name, ref.factory) for ref in references(instruments)]
-    return setup, train(setup, instruments=build(named))
+    spec = RunSpec(task.name, task.fingerprint, condition(fault), CHECK_SEED)
+    job = make_job(spec.with_instruments(references(instruments)), steps=CHECK_STEPS)
+    return setup, train_result(job)
 
 
 def make_run(

@@ -39,11 +39,16 @@ instrument there is. A diagnoser asks for one with a class attribute,
 from __future__ import annotations
 
 import hashlib
+import pickle
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from pathlib import Path
+from traceback import format_exc
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -69,8 +74,10 @@ class Instrument:
     #: Distributions whose versions key the instrument's runs (its tool's), beside its code.
     libraries: tuple[str, ...] = ()
     #: True for an instrument that patches libraries process-wide and cannot undo it
-    #: (TrainCheck wraps every torch function): each of its runs trains in a fresh process.
-    fresh_process: bool = False
+    #: (TrainCheck wraps every torch function): each of its runs trains in a fresh
+    #: interpreter of its own, gone after it (:func:`in_own_process`), and the instrument is
+    #: built there.
+    own_process: bool = False
 
     def start(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn) -> None:
         """Before the first step: the model as initialized, its optimizer and the loss."""
@@ -189,6 +196,66 @@ def build(named: Sequence[tuple[str, Factory]]) -> list[Instrument]:
             )
         built.append(instrument)
     return built
+
+
+def needs_own_process(factories: Sequence[Factory]) -> bool:
+    """Whether any of these instruments must be built and run in a process of its own
+    (its ``own_process``; a ``functools.partial`` of such a class counts as the class)."""
+    return any(
+        getattr(f, "own_process", getattr(getattr(f, "func", None), "own_process", False))
+        for f in factories
+    )
+
+
+T = TypeVar("T")
+
+
+def in_own_process(fn: Callable[[], T]) -> T:
+    """``fn()`` in a fresh Python interpreter, started for it and gone after it.
+
+    ``fn`` travels pickled (a module-level function, or a ``functools.partial`` of
+    one, whose arguments pickle: a run's spec, not its recipe), and so does its
+    result, through files: an instrument's tool may print on the child's stdout.
+    A fresh interpreter rather than a fork: a tool that wraps torch traces the
+    lazy first calls a process makes, and a fork would inherit whatever this
+    process already did, so two runs of one spec would give two traces.
+
+    Raises:
+        FaultbenchError: ``fn`` raised in the child (its traceback is in the message), or
+            the child died without an answer.
+    """
+    with tempfile.TemporaryDirectory(prefix="faultbench-own-") as folder:
+        given, answer = Path(folder) / "in.pickle", Path(folder) / "out.pickle"
+        given.write_bytes(pickle.dumps(fn))
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(given), str(answer)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+        if not answer.exists():
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
+            raise FaultbenchError(
+                f"the process of an instrumented run exited with code {done.returncode} "
+                f"without an answer; expected the run's result (stderr: {' | '.join(tail)})"
+            )
+        kind, value = pickle.loads(answer.read_bytes())
+    if kind == "error":
+        raise FaultbenchError(f"in the instrumented run's own process: {value}")
+    return value  # type: ignore[no-any-return]
+
+
+_CHILD = "from faultbench.training.instruments import _serve; _serve()"
+
+
+def _serve() -> None:
+    """The child of :func:`in_own_process`: run the pickled call, pickle what came of it."""
+    given, answer = Path(sys.argv[1]), Path(sys.argv[2])
+    try:
+        result: tuple[str, Any] = ("ok", pickle.loads(given.read_bytes())())
+    except BaseException as exc:  # everything goes back to the parent
+        result = ("error", f"{type(exc).__name__}: {exc}\n{format_exc()}")
+    answer.write_bytes(pickle.dumps(result))
 
 
 def finish_all(instruments: Sequence[Instrument]) -> dict[str, dict[str, Any]]:
