@@ -13,6 +13,7 @@ from faultbench.diagnosers.lr_range import LRRangeDiagnoser
 from faultbench.diagnosers.rules import RulesDiagnoser
 from faultbench.diagnosers.rules_v1 import RulesV1Diagnoser
 from faultbench.diagnosers.thedeepchecker import TheDeepChecker
+from faultbench.diagnosers.traincheck_tool import TrainCheckDiagnoser
 from faultbench.diagnosers.umlaut import Umlaut
 from faultbench.diagnosers.weightwatcher_tool import WeightWatcherDiagnoser
 
@@ -29,6 +30,7 @@ __all__ = [
     "RulesDiagnoser",
     "RulesV1Diagnoser",
     "TheDeepChecker",
+    "TrainCheckDiagnoser",
     "Umlaut",
     "WeightWatcherDiagnoser",
 ]

@@ -147,7 +147,9 @@ def _diagnosers() -> None:
         probes = getattr(diagnoser, "probes", None)
         probing = "not declared" if probes is None else ("yes" if probes else "no")
         print(f"  {name:<22} {_first_line(type(diagnoser)) or 'no description'}")
-        print(f"  {'':<22} tuned on: {tuned}; probes: {probing}")
+        asked = getattr(diagnoser, "instrument", None)
+        watches = f"; instrument in the loop: {asked}" if asked else ""
+        print(f"  {'':<22} tuned on: {tuned}; probes: {probing}{watches}")
 
 
 def _optimizer(d: TrainDefaults) -> str:
