@@ -16,6 +16,7 @@ reported rather than absolute seconds alone.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -26,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from scipy.stats import binom
@@ -33,12 +35,18 @@ from scipy.stats import binom
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import base_setup, canonical_conditions
 from faultbench.storage.records import RunSpec
-from faultbench.storage.runner import make_job, train_record
+from faultbench.storage.runner import make_job, one_thread, train_record
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.tools.bigstep import small_resnet, train_resnet
 from faultbench.training.engine import LocalEngine
-from faultbench.training.instruments import INSTRUMENTS, Factory, Instrument
+from faultbench.training.instruments import (
+    INSTRUMENTS,
+    Factory,
+    Instrument,
+    in_own_process,
+    needs_own_process,
+)
 from faultbench.training.loop import EVALUATIONS, train
 from faultbench.training.monitor import DEFAULT_EVERY
 
@@ -265,18 +273,33 @@ def instrument_overhead(number: int, name: str, config: BenchConfig, seed: int =
     without it, on the three step sizes of figure 1, interleaved rounds, medians.
 
     Neither side records a trace or evaluates, so the ratio is the instrument's alone; the
-    CPU time is the whole process's (an instrument may work in threads of its own).
+    CPU time is the whole process's (an instrument may work in threads of its own). An
+    instrument that needs a process of its own (TrainCheck) is timed there, by the wall
+    clock of its loop, against the bare loop's here, in at most :data:`OWN_PROCESS_ROUNDS`
+    rounds (each starts an interpreter and the tool: seconds apiece, not counted).
     """
     factory = INSTRUMENTS.get(name)
+    own = needs_own_process([factory])
     figures = []
     for letter, (task, label) in zip("abc", INSTRUMENT_MODELS, strict=True):
-        loops, pairs, steps, seen = _instrument_loops(factory, task, config, seed)
-        wall, cpu = _interleaved(loops, pairs, seed, threads_too=True)
-        per_round = _rounds(cpu, "instrumented")
+        pairs = {"digits": config.pairs, "shapes": config.cnn_pairs}.get(
+            task or "", config.big_pairs
+        )
+        steps = config.big_steps if task is None else _steps(task, config)
+        if own:
+            pairs = min(pairs, OWN_PROCESS_ROUNDS)
+            per_round, bare, records = _own_process_rounds(name, factory, task, steps, pairs, seed)
+            clock, wall_note = "wall clock of the loop (the instrument in its own process)", ""
+        else:
+            loops, records = _instrument_loops(name, factory, task, steps, seed)
+            wall, cpu = _interleaved(loops, pairs, seed, threads_too=True)
+            per_round, bare = _rounds(cpu, "instrumented"), cpu["bare"]
+            clock = "process CPU time"
+            wall_note = f"; wall clock {_ratio(wall, 'instrumented'):.3f}"
         value = statistics.median(per_round)
         low, high = median_interval(per_round)
-        step_ms = 1e3 * statistics.median(cpu["bare"]) / steps
-        stopped = seen[0].get("error") if seen else ""
+        step_ms = 1e3 * statistics.median(bare) / steps
+        stopped = next((str(r["error"]) for r in records if r.get("error")), "")
         figures.append(
             Figure(
                 f"{number}{letter}. instrument '{name}' / bare loop, time per step ({label})",
@@ -286,60 +309,92 @@ def instrument_overhead(number: int, name: str, config: BenchConfig, seed: int =
                 None,
                 f"median of {pairs} interleaved rounds (95% interval {low:.3f}-{high:.3f}), "
                 f"{steps} steps of {step_ms:.2f} ms bare, no Monitor and no evaluations on "
-                f"either side, process CPU time; wall clock {_ratio(wall, 'instrumented'):.3f}"
-                + (f"; the instrument's tool stopped: {stopped}" if stopped else ""),
+                f"either side, {clock}{wall_note}"
+                + (f"; the instrument's tool stopped: {stopped[:120]}" if stopped else ""),
             )
         )
     return figures
 
 
-def _instrument_loops(
-    factory: Factory, task: str | None, config: BenchConfig, seed: int
-) -> tuple[dict[str, Callable[[], object]], int, int, list[dict[str, object]]]:
-    """The bare and instrumented loops of one step size, their rounds and steps, and a list
-    that receives the instrument's record of each instrumented run."""
-    seen: list[dict[str, object]] = []
+OWN_PROCESS_ROUNDS = 3  # rounds for an instrument timed in processes of its own
 
-    def attached() -> list[Instrument]:
-        instrument = factory()
-        finish = instrument.finish
 
-        def kept() -> dict[str, object]:
-            record = finish()
-            seen.insert(0, record)
-            return record
+def _steps(task: str, config: BenchConfig) -> int:
+    return config.run_steps or get_task(task).defaults.steps
 
-        instrument.finish = kept  # type: ignore[method-assign]
-        return [instrument]
 
+def _loop(task: str | None, steps: int, seed: int, instruments: list[Instrument]) -> None:
+    """The loop of one step size, bare or with ``instruments``: no Monitor, no evaluations."""
     if task is None:
-        steps = config.big_steps
-        return (
-            {
-                "bare": lambda: train_resnet(steps, monitored=False, seed=seed),
-                "instrumented": lambda: train_resnet(
-                    steps, monitored=False, seed=seed, instruments=attached()
-                ),
-            },
-            config.big_pairs,
-            steps,
-            seen,
-        )
-    setup = base_setup(get_task(task), seed)
-    if config.run_steps is not None:
-        setup = replace(setup, steps=config.run_steps)
-    pairs = config.pairs if task == "digits" else config.cnn_pairs
+        train_resnet(steps, monitored=False, seed=seed, instruments=instruments)
+        return
+    setup = replace(base_setup(get_task(task), seed), steps=steps)
+    train(setup, record=False, evaluate=False, instruments=instruments)
+
+
+class _Keeping(Instrument):
+    """Wraps an instrument to keep its record (the bench only times the loop)."""
+
+    def __init__(self, inner: Instrument, records: list[dict[str, object]]) -> None:
+        self.inner, self.records, self.name = inner, records, inner.name
+
+    def start(self, *args: Any) -> None:
+        self.inner.start(*args)
+
+    def after_backward(self, *args: Any) -> None:
+        self.inner.after_backward(*args)
+
+    def after_step(self, *args: Any) -> None:
+        self.inner.after_step(*args)
+
+    def finish(self) -> dict[str, Any]:
+        record = self.inner.finish()
+        self.records.append(dict(record))
+        return record
+
+
+def _instrument_loops(
+    name: str, factory: Factory, task: str | None, steps: int, seed: int
+) -> tuple[dict[str, Callable[[], object]], list[dict[str, object]]]:
+    """The bare and instrumented loops of one step size, and the list that receives the
+    instrument's record of each instrumented run."""
+    records: list[dict[str, object]] = []
     return (
         {
-            "bare": lambda: train(setup, record=False, evaluate=False),
-            "instrumented": lambda: train(
-                setup, record=False, evaluate=False, instruments=attached()
-            ),
+            "bare": lambda: _loop(task, steps, seed, []),
+            "instrumented": lambda: _loop(task, steps, seed, [_Keeping(factory(), records)]),
         },
-        pairs,
-        setup.steps,
-        seen,
+        records,
     )
+
+
+def _own_process_rounds(
+    name: str, factory: Factory, task: str | None, steps: int, rounds: int, seed: int
+) -> tuple[list[float], list[float], list[dict[str, object]]]:
+    """Per round: the instrumented loop's wall seconds in a process of its own over the bare
+    loop's here; the bare seconds; the instrument's records."""
+    _loop(task, steps, seed, [])  # warm this process's caches for the bare side
+    ratios, bare, records = [], [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        _loop(task, steps, seed, [])
+        bare.append(time.perf_counter() - start)
+        seconds, record = in_own_process(functools.partial(_timed_with, factory, task, steps, seed))
+        ratios.append(seconds / bare[-1])
+        records.append(record)
+    return ratios, bare, records
+
+
+def _timed_with(
+    factory: Factory, task: str | None, steps: int, seed: int
+) -> tuple[float, dict[str, object]]:
+    """In the instrument's own process: build it, then time the loop with it attached."""
+    records: list[dict[str, object]] = []
+    with one_thread():
+        instrument = _Keeping(factory(), records)
+        start = time.perf_counter()
+        _loop(task, steps, seed, [instrument])
+        return time.perf_counter() - start, records[0]
 
 
 def parallel_efficiency(runs: int, workers: int | None = None) -> Figure:
