@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -178,7 +179,8 @@ class TrainCheckInstrument(Instrument):
 
 def _close_trace(folder: str) -> list[str]:
     """Flush TrainCheck's buffers and stop its writer threads, so every trace line is on
-    disk; the trace files (its threads write them, and close them only when told to stop)."""
+    disk (its threads write them, and close them only when told to stop); then give every
+    line the same process and thread id (see :func:`_same_ids`). The trace files."""
     from traincheck.instrumentor import dumper
 
     for name in ("api_trace_buffer", "var_trace_buffer"):
@@ -191,7 +193,31 @@ def _close_trace(folder: str) -> list[str]:
     for thread in threading.enumerate():  # the writers (not the thread that waits for main)
         if getattr(thread, "_target", None) is dumper.trace_dumper:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
-    return sorted(str(p) for p in Path(folder).glob("trace_*.log"))
+    files = sorted(str(p) for p in Path(folder).glob("trace_*.log"))
+    for path in files:
+        _same_ids(path)
+    return files
+
+
+_IDS = re.compile(rb'"(process_id|thread_id)":\s*\d+')
+
+
+def _same_ids(path: str) -> None:
+    """Rewrite a trace file with process and thread ids 0 on every line.
+
+    A run is one process and one thread, so the ids name nothing but the machine's
+    process table. TrainCheck 0.2.0 nevertheless infers preconditions on them
+    (``process_id``, ``thread_id`` are in ``config.NOT_USE_AS_CLAUSE_FIELDS``, but
+    its precondition search keeps them): inferred on six traces from six processes,
+    179 of its 2249 invariants held "unless the process id is 8027", and every
+    later run, in a process of another id, violated them. The same ids in every
+    trace keep TrainCheck's inference on what the runs did.
+    """
+    # As text: a trace line may hold integers beyond 64 bits, which a JSON round trip
+    # through orjson (TrainCheck's) would turn into floats.
+    text = Path(path).read_bytes()
+    text = _IDS.sub(rb'"\1": 0', text)
+    Path(path).write_bytes(text)
 
 
 def _lines(path: str) -> int:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from faultbench.diagnosers._tools import symptom_table
 from faultbench.diagnosers.cockpit_live import (
     INSTRUMENT,
+    SYMPTOMS,
     CockpitInstrument,
     CockpitLiveDiagnoser,
     cockpit_output,
@@ -123,3 +126,8 @@ def test_the_diagnoser_declares_the_instrument_and_answers_unknown_without_its_r
     assert diagnoser.tuned_on == frozenset({"digits"}) and diagnoser.subset_seeds == 1  # type: ignore[attr-defined]
     plain = _run("healthy", live=False)
     assert diagnoser.diagnose(plain).label == "unknown"
+
+
+def test_docs_show_the_symptom_table() -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "tools.md").read_text()
+    assert symptom_table(SYMPTOMS) in docs

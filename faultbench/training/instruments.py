@@ -168,8 +168,19 @@ def references(names: str | Sequence[str] | None) -> tuple[InstrumentRef, ...]:
 def instrument_code(factory: Factory) -> str:
     """A short hash of ``factory``'s code (and of what its module gives it, see
     :func:`faultbench.faults.source.code_hash`), of this module's code (how records are
-    checked) and of its libraries' versions. A plain run's key hashes none of it."""
-    digest = hashlib.sha256(code_hash([factory]).encode())
+    checked) and of its libraries' versions. A plain run's key hashes none of it.
+
+    Raises:
+        FaultbenchError: the factory's source cannot be read (typed into an interpreter).
+    """
+    try:
+        code = code_hash([factory])
+    except (OSError, TypeError) as exc:
+        raise FaultbenchError(
+            f"instrument {getattr(factory, 'name', factory)!r}: its source cannot be read "
+            f"({exc}); expected a class or function defined in a file, whose code keys its runs"
+        ) from None
+    digest = hashlib.sha256(code.encode())
     digest.update(normalized_source(sys.modules[__name__]).encode())
     for library in getattr(factory, "libraries", ()):
         try:
