@@ -90,8 +90,13 @@ INVARIANTS_DIGEST = _invariants_digest()
 
 #: Violated invariants that name a known fault: (relation, words its description holds) ->
 #: label. A run is named only when every violated invariant maps to the same label; any
-#: other violation is ``other_fault``. Empty: on digits no violated invariant singled out
-#: one fault (see README, "TrainCheck").
+#: other violation is ``other_fault``. Empty, from digits (classic grid, seed 0): only two
+#: runs violated anything, and what they violated is the run's structure, not a fault's
+#: mark. dead_units' 17 are calls at step 0 (the fault's initialization runs a forward pass
+#: under no_grad: ReLU.forward before any Adam.step, outputs that require no grad);
+#: too_small_model's 2 are a layer's output shape ((32, 64) in every reference run). A
+#: drawn base's own widths and initialization change the same invariants, so mapping them
+#: to dead_units or too_small_model would name those faults on healthy drawn runs.
 MAPPING: dict[tuple[str, str], str] = {}
 
 

@@ -300,3 +300,31 @@ def test_unknown_instruments_and_misnamed_ones_fail_before_training() -> None:
     Asks.instrument = 3  # type: ignore[assignment]
     with pytest.raises(FaultbenchError, match="declares instrument=3; expected a registered"):
         instruments_of(Asks())
+
+
+def test_the_report_prices_an_instrument_against_the_same_plain_runs() -> None:
+    from faultbench.reporting.provenance import instrument_overhead_table
+    from faultbench.scoring.evaluate import Report, RunResult
+
+    def report(name: str, seconds: float, instruments: tuple[str, ...] = ()) -> Report:
+        results = tuple(
+            RunResult(seed, cond, "healthy", "ok", train_seconds=seconds * (1 + seed))
+            for seed in (0, 1)
+            for cond in ("healthy", "missing_zero_grad")
+        )
+        return Report(name, "digits", True, ("digits",), results, grid="classic",
+                      instruments=instruments)  # fmt: skip
+
+    table = instrument_overhead_table(
+        [report("rules", 2.0), report("cockpit-live", 5.0, ("cockpit",))]
+    )
+    assert table.to_dict("records") == [
+        {
+            "instrument": "cockpit",
+            "diagnoser": "cockpit-live",
+            "task": "digits",
+            "grid": "classic",
+            "runs": 4,
+            "train_seconds_ratio_median": "2.50",
+        }
+    ]

@@ -91,6 +91,7 @@ class BenchConfig:
     parallel_runs: int  # runs timed one at a time and all at once on one pool
     seeds: int  # seeds of the canonical grid timed cold and warm
     tasks: tuple[str, ...] = BENCH_TASKS  # the tasks of that grid
+    own_process_rounds: int = 3  # rounds for an instrument timed in processes of its own
 
     @classmethod
     def preset(cls, quick: bool) -> BenchConfig:
@@ -105,6 +106,7 @@ class BenchConfig:
                 parallel_runs=2,
                 seeds=1,
                 tasks=BENCH_TASKS[:1],
+                own_process_rounds=1,
             )
         return cls(
             pairs=50,
@@ -275,7 +277,7 @@ def instrument_overhead(number: int, name: str, config: BenchConfig, seed: int =
     Neither side records a trace or evaluates, so the ratio is the instrument's alone; the
     CPU time is the whole process's (an instrument may work in threads of its own). An
     instrument that needs a process of its own (TrainCheck) is timed there, by the wall
-    clock of its loop, against the bare loop's here, in at most :data:`OWN_PROCESS_ROUNDS`
+    clock of its loop, against the bare loop's here, in at most ``own_process_rounds``
     rounds (each starts an interpreter and the tool: seconds apiece, not counted).
     """
     factory = INSTRUMENTS.get(name)
@@ -287,7 +289,7 @@ def instrument_overhead(number: int, name: str, config: BenchConfig, seed: int =
         )
         steps = config.big_steps if task is None else _steps(task, config)
         if own:
-            pairs = min(pairs, OWN_PROCESS_ROUNDS)
+            pairs = min(pairs, config.own_process_rounds)
             per_round, bare, records = _own_process_rounds(name, factory, task, steps, pairs, seed)
             clock, wall_note = "wall clock of the loop (the instrument in its own process)", ""
         else:
@@ -314,9 +316,6 @@ def instrument_overhead(number: int, name: str, config: BenchConfig, seed: int =
             )
         )
     return figures
-
-
-OWN_PROCESS_ROUNDS = 3  # rounds for an instrument timed in processes of its own
 
 
 def _steps(task: str, config: BenchConfig) -> int:
