@@ -45,6 +45,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from traceback import format_exc
@@ -165,6 +166,7 @@ def references(names: str | Sequence[str] | None) -> tuple[InstrumentRef, ...]:
     return tuple(sorted({reference(name) for name in listed}))
 
 
+@cache
 def instrument_code(factory: Factory) -> str:
     """A short hash of ``factory``'s code (and of what its module gives it, see
     :func:`faultbench.faults.source.code_hash`), of this module's code (how records are
