@@ -110,11 +110,9 @@ class _UpdateFromWeights:
 
 @INSTRUMENTS.register(INSTRUMENT)
 class CockpitInstrument(Instrument):
-    """Cockpit's economy quantities, tracked in the run's loop on a copy of its model.
-
-    Every ``TRACK_EVERY`` steps, on a BackPACK-extended copy that carries the run's
-    weights and gradients (see the module's docstring).
-    """
+    """Cockpit's ``economy`` quantities, tracked every ``TRACK_EVERY`` steps of the run's
+    loop on a BackPACK-extended copy of its model that carries the run's weights and
+    gradients (see the module's docstring)."""
 
     name = INSTRUMENT
     libraries = ("cockpit-for-pytorch", "backpack-for-pytorch")

@@ -102,11 +102,8 @@ MAPPING: dict[tuple[str, str], str] = {}
 
 @INSTRUMENTS.register(INSTRUMENT)
 class TrainCheckInstrument(Instrument):
-    """TrainCheck's trace of the run's loop, checked against the shipped invariants.
-
-    Its API calls and the parameters after each traced update; checked when the run ends
-    (see the module's docstring).
-    """
+    """TrainCheck's API and parameter trace of the run's loop, checked against the shipped
+    invariants when the run ends (see the module's docstring)."""
 
     name = INSTRUMENT
     libraries = ("traincheck",)

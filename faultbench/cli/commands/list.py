@@ -160,7 +160,9 @@ def _instruments() -> None:
     print("instruments (code a diagnoser attaches to the training loop):")
     for name in INSTRUMENTS.names():
         factory = INSTRUMENTS.get(name)
-        print(f"  {name:<22} {_first_line(factory) or 'no description'}")
+        # The module's first line: the class's docstring is part of the code that keys
+        # an instrument's runs, and is written for the reader of the code.
+        print(f"  {name:<22} {_first_line(inspect.getmodule(factory)) or 'no description'}")
         if getattr(factory, "own_process", False):
             print(f"  {'':<22} each run trains in a process of its own (it patches libraries)")
 
