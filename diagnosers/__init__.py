@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from faultbench.diagnosers.autotrainer import AutoTrainer
 from faultbench.diagnosers.baselines import AlwaysHealthy, RandomDiagnoser
+from faultbench.diagnosers.cockpit_live import CockpitLiveDiagnoser
 from faultbench.diagnosers.cockpit_tool import CockpitDiagnoser
 from faultbench.diagnosers.deepdiagnosis import DeepDiagnosis
 from faultbench.diagnosers.doctor import DoctorDiagnoser
@@ -12,6 +13,7 @@ from faultbench.diagnosers.lr_range import LRRangeDiagnoser
 from faultbench.diagnosers.rules import RulesDiagnoser
 from faultbench.diagnosers.rules_v1 import RulesV1Diagnoser
 from faultbench.diagnosers.thedeepchecker import TheDeepChecker
+from faultbench.diagnosers.traincheck_tool import TrainCheckDiagnoser
 from faultbench.diagnosers.umlaut import Umlaut
 from faultbench.diagnosers.weightwatcher_tool import WeightWatcherDiagnoser
 
@@ -19,6 +21,7 @@ __all__ = [
     "AlwaysHealthy",
     "AutoTrainer",
     "CockpitDiagnoser",
+    "CockpitLiveDiagnoser",
     "DeepDiagnosis",
     "DoctorDiagnoser",
     "LRRangeDiagnoser",
@@ -27,6 +30,7 @@ __all__ = [
     "RulesDiagnoser",
     "RulesV1Diagnoser",
     "TheDeepChecker",
+    "TrainCheckDiagnoser",
     "Umlaut",
     "WeightWatcherDiagnoser",
 ]

@@ -12,6 +12,7 @@ import pytest
 
 from faultbench.scoring.diagnosis import diagnoser_names
 from faultbench.tools.bench import median_interval
+from faultbench.training.instruments import INSTRUMENTS
 
 NUMBER = r"-?\d+\.\d+"
 
@@ -127,3 +128,17 @@ def test_overhead_parts_script_prints_each_part() -> None:
     for part in ("bare", "evaluations", "sparse", "instrumented"):
         assert re.search(rf"^  {re.escape(part)} +{NUMBER}x", done.stdout, re.M), done.stdout
     assert re.search(r"^  bare +1\.000x", done.stdout, re.M), done.stdout
+
+
+@pytest.mark.parametrize("name", INSTRUMENTS.names())
+def test_bench_prints_each_instruments_overhead_on_the_three_step_sizes(
+    bench_output: str, name: str
+) -> None:
+    number = 6 + INSTRUMENTS.names().index(name)
+    for letter, model in zip("abc", ("digits MLP", "shapes CNN", "small ResNet"), strict=True):
+        line = figure(bench_output, f"{number}{letter}")
+        found = re.search(
+            rf"instrument '{name}' / bare loop, time per step \({model}\): ({NUMBER})x", line
+        )
+        assert found and float(found.group(1)) > 0, line
+        assert re.search(rf"95% interval ({NUMBER})-({NUMBER})", line), line

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
-from faultbench.scoring.diagnosis import get_diagnoser, ships_with_faultbench
+from faultbench.scoring.diagnosis import get_diagnoser, instruments_of, ships_with_faultbench
 from faultbench.scoring.plan import plan
 from faultbench.storage.records import RunSpec
 from faultbench.storage.runner import ensure_records
@@ -56,8 +56,10 @@ class _Job:
 
 
 def _specs(ev: Evaluation, store: Store, engine: Engine | None = None) -> list[RunSpec]:
-    """The runs ``ev`` scores (planning the full grid trains its bases' healthy runs)."""
+    """The runs ``ev`` scores (planning the full grid trains its bases' healthy runs), with
+    the diagnoser's instruments attached: the records its evaluation reads."""
     task = get_task(ev.task)
+    refs = instruments_of(get_diagnoser(ev.diagnoser))
     kept = plan(
         task,
         ev.grid,
@@ -66,7 +68,7 @@ def _specs(ev: Evaluation, store: Store, engine: Engine | None = None) -> list[R
         store=store,
         engine=engine,
         progress=False,
-    )
+    ).with_instruments(refs)
     return kept.specs
 
 

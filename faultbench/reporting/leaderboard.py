@@ -30,13 +30,15 @@ def rows(
     frame: pd.DataFrame,
     tuned_on: dict[str, Sequence[str]],
     subsets: Mapping[str, str] | None = None,
+    instruments: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """One leaderboard row per diagnoser in ``frame``, in order of appearance.
 
     The headline is the full grid (drawn bases) read at the Monitor's default
     sampling; beside it the reference recipe (the classic grid) and every step
     (the full grid read at ``every=1``). ``subsets`` says, per diagnoser, on
-    what part of the grid it was scored when not on all of it.
+    what part of the grid it was scored when not on all of it; ``instruments``,
+    which instruments rode in the loop of the runs it read (its ``instrument``).
     """
     out = []
     for name in dict.fromkeys(frame["diagnoser"]):
@@ -51,6 +53,7 @@ def rows(
             "tuned on": ", ".join(tuned_on.get(name, ())) or "nothing",
             "runs": s["runs"],
             "scored on": (subsets or {}).get(name, "every run"),
+            "instrument": ", ".join((instruments or {}).get(name, ())) or "none",
             "identification": _cell(ident["accuracy"]),
             "macro-recall": f"{ident['macro_recall']:.3f}",
         }
@@ -152,6 +155,7 @@ def write(
     designs: pd.DataFrame | None = None,
     bases: Sequence[str] = (),
     extra: pd.DataFrame | None = None,
+    instruments: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Path]:
     """Write ``leaderboard.md`` (+ csv, per task, per variant), the false alarms per design
     axis (``false_alarms_by_axis.csv``, from ``designs``; see :func:`alarms_by_axis`) and the
@@ -160,7 +164,7 @@ def write(
     """
     from faultbench.reporting.report import markdown_table
 
-    table = pd.DataFrame(rows(frame, tuned_on, subsets))
+    table = pd.DataFrame(rows(frame, tuned_on, subsets, instruments))
     if extra is not None:
         table = table.merge(extra, on="diagnoser", how="left").fillna("n/a")
     tasks = per_task(frame)
@@ -191,7 +195,10 @@ def write(
             "any alarm. *Held-out faults*: runs with a bug outside the known ones; *not "
             "healthy* is detection, *other_fault* says it is none of them. *Alarm precision*: "
             "of the answers that are not healthy, the share on a faulty run. *False alarms*: "
-            "healthy runs called anything else. Seconds per diagnosis are a wall-clock "
+            "healthy runs called anything else. *Instrument*: what rode in the training loop of "
+            "the runs a diagnoser read (e.g. Cockpit attached live), none for a diagnoser that "
+            "reads the finished run; what an instrument adds to a step is in timings.md and "
+            "`faultbench bench`. Seconds per diagnosis are a wall-clock "
             "measurement of the machine that ran the report: they are in timings.md, so this "
             "file is the same on every machine.",
             "",

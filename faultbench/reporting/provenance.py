@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +27,7 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import FAULTS, HEALTHY, condition_names
 from faultbench.faults.levels import LEVELS_FILE
 from faultbench.reporting.report import Grid, fmt, spread
-from faultbench.scoring.evaluate import Report
+from faultbench.scoring.evaluate import Report, RunResult
 from faultbench.tasks.task import get_task
 
 #: Packages whose versions can change a number in results/.
@@ -90,6 +91,46 @@ def timing_table(reports: Sequence[Report]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def instrument_overhead_table(reports: Sequence[Report]) -> pd.DataFrame:
+    """What each instrument added to training: per diagnoser with an instrument and task,
+    the median over its runs of the run's training seconds with the instrument over the
+    same run's seconds without it (another diagnoser's report of the same grid), as
+    measured when each trained; a wall-clock figure, ``faultbench bench`` prices it apart."""
+
+    def key(report: Report, r: RunResult) -> tuple[Any, ...]:
+        design = tuple(sorted((k, str(v)) for k, v in r.design.items()))
+        return (report.task, report.grid, r.condition, r.seed, r.variant, r.level, design)
+
+    plain = {
+        key(report, r): r.train_seconds
+        for report in reports
+        if not report.instruments
+        for r in report.results
+        if r.train_seconds > 0
+    }
+    rows = []
+    for report in sorted(reports, key=lambda r: (r.diagnoser, r.task)):
+        if not report.instruments or (report.grid == "full" and report.every == 1):
+            continue  # one row per grid: the full grid read at every step is the same runs
+        ratios = [
+            r.train_seconds / plain[key(report, r)]
+            for r in report.results
+            if r.train_seconds > 0 and key(report, r) in plain
+        ]
+        rows.append(
+            {
+                "instrument": ", ".join(report.instruments),
+                "diagnoser": report.diagnoser,
+                "task": report.task,
+                "grid": report.grid,
+                "runs": len(ratios),
+                "train_seconds_ratio_median": fmt(float(np.median(ratios)), 2) if ratios else "",
+            }
+        )
+    columns = ["instrument", "diagnoser", "task", "grid", "runs", "train_seconds_ratio_median"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def conditions_table() -> pd.DataFrame:

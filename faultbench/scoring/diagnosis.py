@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
 from faultbench.scoring.run import Run
+from faultbench.training.instruments import InstrumentRef, references
 
 UNKNOWN = "unknown"  # a diagnoser's way to say "I cannot tell"
 ENTRY_POINT_GROUP = "faultbench.diagnosers"
@@ -76,6 +77,29 @@ def is_diagnoser(obj: object) -> bool:
 def ships_with_faultbench(diagnoser: Diagnoser) -> bool:
     """Whether ``diagnoser``'s class is one of the diagnosers faultbench ships."""
     return type(diagnoser).__module__.split(".")[:2] == ["faultbench", "diagnosers"]
+
+
+def instruments_of(diagnoser: object) -> tuple[InstrumentRef, ...]:
+    """The instruments ``diagnoser`` asks to have attached to the loop of every run it is
+    scored on: its ``instrument`` attribute, a registered instrument's name (or a tuple of
+    names); none without one (see :mod:`faultbench.training.instruments`).
+
+    Raises:
+        FaultbenchError: an unknown instrument name, or an attribute of another type.
+    """
+    asked = getattr(diagnoser, "instrument", None)
+    if asked is None:
+        return ()
+    if not (
+        isinstance(asked, str)
+        or (isinstance(asked, tuple) and all(isinstance(a, str) for a in asked))
+    ):
+        name = getattr(diagnoser, "name", type(diagnoser).__name__)
+        raise FaultbenchError(
+            f"diagnoser '{name}' declares instrument={asked!r}; expected a registered "
+            "instrument's name or a tuple of names (faultbench.training.instruments.INSTRUMENTS)"
+        )
+    return references(asked)
 
 
 def get_diagnoser(diagnoser: str | Diagnoser) -> Diagnoser:

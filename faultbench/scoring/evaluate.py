@@ -27,7 +27,13 @@ from faultbench.faults.grid import check_selection
 from faultbench.faults.levels import calibrated
 from faultbench.scoring import scores, summary
 from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, diagnosis_code
-from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser, ships_with_faultbench
+from faultbench.scoring.diagnosis import (
+    UNKNOWN,
+    Diagnoser,
+    get_diagnoser,
+    instruments_of,
+    ships_with_faultbench,
+)
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.scoring.manifest import Manifestation, manifestation
 from faultbench.scoring.plan import plan
@@ -111,6 +117,7 @@ class Report:
     every: int = DEFAULT_EVERY  # the sampling the traces were read at (Monitor's every)
     redraws: int = 0  # drawn designs that did not train healthy and were drawn again
     passed_over: tuple[tuple[str, int, str], ...] = ()  # (variant, seed, why) not applicable
+    instruments: tuple[str, ...] = ()  # instruments attached to the loop of every scored run
 
     def scored_frame(self) -> pd.DataFrame:
         """One row per diagnosis in the columns of :data:`faultbench.scoring.scores.COLUMNS`."""
@@ -305,6 +312,7 @@ class Report:
             "accuracy": self.accuracy,
             "grid": self.grid,
             "every": self.every,
+            "instruments": list(self.instruments),
             "scores": self.scores,
             "confusion": {
                 t: {p: int(confusion.loc[t, p]) for p in confusion.columns} for t in confusion.index
@@ -382,7 +390,10 @@ def evaluate(
 
     Stored runs are reused; missing ones are trained on ``engine`` (in this
     process when omitted, which then runs the pinned CPU kernels from here on:
-    :mod:`faultbench.core.kernels`) and stored. A shipped diagnoser asked for by its
+    :mod:`faultbench.core.kernels`) and stored. A diagnoser that declares an instrument
+    (``instrument = "cockpit"``) is scored on the same runs trained with it
+    attached to their loop: records of their own, trained (and stored) only for
+    the runs it is scored on. A shipped diagnoser asked for by its
     name has its answers stored beside the runs and read back by the next
     call with the same code (:mod:`faultbench.scoring.cache`). Every
     argument, the store and the diagnoser are checked before the first run trains.
@@ -436,6 +447,7 @@ def evaluate(
         raise unknown_name("every", str(every), [str(k) for k in SAMPLINGS_READ])
     timeout = check_timeout(timeout)
     diag = get_diagnoser(diagnoser)
+    refs = instruments_of(diag)  # an unknown instrument fails here, before any training
     the_task = get_task(task)
     the_store = store if isinstance(store, Store) else Store(store)
     the_store.check()
@@ -456,7 +468,7 @@ def evaluate(
             store=the_store,
             engine=engine,
             progress=progress,
-        )
+        ).with_instruments(refs)
         specs = the_plan.specs
         where = dict((spec, point) for point, spec in the_plan.runs)
         stored = _stored_answers(diagnoser, diag, the_store, every)
@@ -505,6 +517,7 @@ def evaluate(
             for variant, out in the_plan.passed_over.items()
             for seed, why in out
         ),
+        instruments=tuple(ref.name for ref in refs),
     )
 
 

@@ -83,13 +83,16 @@ def run_for(record: RunRecord, task: Task, every: int = DEFAULT_EVERY) -> Run:
 
     The trace is read as ``Monitor(every=every)`` would have recorded the run
     (:meth:`~faultbench.training.trace.Trace.sampled`): by default the Monitor's
-    default, the trace a practitioner has; ``every=1`` gives every step.
+    default, the trace a practitioner has; ``every=1`` gives every step. The
+    records of the instruments the run trained with come as they are (an
+    instrument keeps its own schedule).
     """
     assert record.trace is not None and record.config is not None
     spec = record.spec
     setup = spec.condition.apply(base_setup(task, spec.seed, spec.design))
     trace = record.trace.sampled(every)
-    return Run(task.name, spec.seed, trace, record.config, Probe.from_setup(setup))
+    probe = Probe.from_setup(setup)
+    return Run(task.name, spec.seed, trace, record.config, probe, dict(record.instruments))
 
 
 def diagnose_safely(diagnoser: Diagnoser, run: Run, *, timeout: float = DEFAULT_TIMEOUT) -> Outcome:

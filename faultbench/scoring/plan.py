@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from faultbench.faults.fault import Condition
 from faultbench.faults.grid import GridPoint, grid_points
@@ -23,6 +23,7 @@ from faultbench.storage.records import RunSpec
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task
 from faultbench.training.engine import Engine
+from faultbench.training.instruments import InstrumentRef
 
 HEALTHY_SEEDS = 50  # the full grid's healthy runs per task: 0 false alarms bounds the rate < 0.08
 
@@ -41,6 +42,14 @@ class Plan:
     def specs(self) -> list[RunSpec]:
         """The runs' specs, in order."""
         return [spec for _, spec in self.runs]
+
+    def with_instruments(self, refs: Sequence[InstrumentRef]) -> Plan:
+        """The same runs, each trained with ``refs`` attached to its loop: what a diagnoser
+        that declares instruments is scored on (other records than the plain runs')."""
+        if not refs:
+            return self
+        runs = tuple((point, spec.with_instruments(tuple(refs))) for point, spec in self.runs)
+        return replace(self, runs=runs)
 
     @property
     def grid(self) -> str:

@@ -9,8 +9,9 @@ configuration only, and the probe is rebuilt from the recipe's *results*
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -128,6 +129,9 @@ class Run:
     trace: Trace  # everything the loop recorded
     config: RunConfig  # what is observable without running anything
     probe: Probe | None = None  # None when the run cannot be rebuilt (a user's loop)
+    # What each instrument the diagnoser declared saw in the loop as it trained, by the
+    # instrument's name (its ``finish()`` record); empty for a diagnoser without one.
+    instruments: Mapping[str, dict[str, Any]] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"Run(task={self.task!r}, seed={self.seed}, steps={self.trace.steps})"

@@ -13,13 +13,14 @@ import hashlib
 import inspect
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
 from faultbench.core.codetext import code_text
 from faultbench.faults.fault import Condition
 from faultbench.tasks.design import Design
+from faultbench.training.instruments import InstrumentRef
 from faultbench.training.trace import RunConfig, Trace
 
 SCHEMA = 3  # bump when the record layout changes; older records are re-run
@@ -40,13 +41,20 @@ class RunSpec:
     condition: Condition  # what is broken
     seed: int  # the run's seed
     design: Design | None = None  # the base recipe the faults wrap; None: the task's reference
+    instruments: tuple[InstrumentRef, ...] = ()  # attached to the loop as it trained; sorted
 
     @property
     def folder(self) -> str:
-        """The seed's folder name: ``seed-3``, or ``seed-3.<design digest>`` for another base."""
-        if self.design is None:
-            return f"seed-{self.seed}"
-        return f"seed-{self.seed}.{self.design.digest}"
+        """The seed's folder name: ``seed-3``, or ``seed-3.<design digest>`` for another base;
+        an instrumented run's ends in ``+<instrument>`` for each (never a plain run's folder)."""
+        base = (
+            f"seed-{self.seed}" if self.design is None else f"seed-{self.seed}.{self.design.digest}"
+        )
+        return base + "".join(f"+{ref.name}" for ref in self.instruments)
+
+    def with_instruments(self, refs: tuple[InstrumentRef, ...]) -> RunSpec:
+        """The same run with ``refs`` attached to its loop (a different record)."""
+        return replace(self, instruments=tuple(sorted(set(refs))))
 
     @property
     def slug(self) -> str:
@@ -65,25 +73,36 @@ class RunSpec:
             "code": code_version(),
             "faults": _faults_hash(self.condition),  # every involved fault's variants' code
         }
+        if self.instruments:  # absent from a plain run's payload: its key is unchanged
+            payload["instruments"] = [[ref.name, ref.code] for ref in self.instruments]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
+        out = {
             "task": self.task,
             "task_fingerprint": self.task_fingerprint,
             "condition": [list(pair) for pair in self.condition.faults],
             "seed": self.seed,
             "design": self.design.to_dict() if self.design else None,
         }
+        if self.instruments:
+            out["instruments"] = [[ref.name, ref.code] for ref in self.instruments]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         """Inverse of :meth:`to_dict`."""
         faults = tuple((str(n), None if s is None else float(s)) for n, s in data["condition"])
         design = Design.from_dict(data["design"]) if data.get("design") else None
+        refs = tuple(InstrumentRef(str(n), str(c)) for n, c in data.get("instruments", ()))
         return cls(
-            data["task"], data["task_fingerprint"], Condition(faults), int(data["seed"]), design
+            data["task"],
+            data["task_fingerprint"],
+            Condition(faults),
+            int(data["seed"]),
+            design,
+            refs,
         )
 
 
@@ -143,6 +162,7 @@ class RunRecord:
     code_version: str = ""  # code_version() when it ran
     created: str = ""  # UTC time it was written
     host: str = ""  # machine that trained it
+    instruments: dict[str, Any] = field(default_factory=dict)  # instrument name -> its record
 
     @property
     def ok(self) -> bool:
@@ -165,6 +185,7 @@ class RunRecord:
             "code_version": self.code_version,
             "created": self.created,
             "host": self.host,
+            **({"instruments": self.instruments} if self.instruments else {}),
         }
 
     @classmethod
@@ -204,6 +225,7 @@ class RunRecord:
             code_version=data.get("code_version", ""),
             created=data.get("created", ""),
             host=data.get("host", ""),
+            instruments=dict(data.get("instruments", {})),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import traceback
@@ -20,7 +21,8 @@ from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.store import KeyLock, Store, stamped
 from faultbench.tasks.task import TASKS, Task, get_task
 from faultbench.training.engine import Engine, SerialEngine
-from faultbench.training.loop import train
+from faultbench.training.instruments import Factory, build, in_own_process, needs_own_process
+from faultbench.training.loop import TrainResult, train
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,11 +33,30 @@ class TrainJob:
     task: Task | None  # None for registered tasks: the worker rebuilds them by name
     key: str  # the driver's cache key: a worker with other code must not re-key it
     code_version: str  # the driver's code version, recorded with the run
+    instruments: tuple[Factory, ...] = ()  # the spec's instruments' factories, resolved here
+    steps: int | None = None  # a shorter run than the task's (checks, tests); None: the task's
 
 
-def make_job(spec: RunSpec, task: Task | None = None) -> TrainJob:
-    """The job for ``spec``, keyed by this (driver) process's code version."""
-    return TrainJob(spec, task, spec.key(), records.code_version())
+def make_job(
+    spec: RunSpec,
+    task: Task | None = None,
+    *,
+    instruments: tuple[Factory, ...] | None = None,
+    steps: int | None = None,
+) -> TrainJob:
+    """The job for ``spec``, keyed by this (driver) process's code version.
+
+    The spec's instruments are resolved here, in the driver, and travel as their
+    factories: a worker need not have imported the module that registered one.
+    ``instruments`` replaces them (one factory per spec instrument, e.g. a
+    collecting variant); ``steps`` shortens the run.
+    """
+    factories = tuple(ref.factory for ref in spec.instruments)
+    if instruments is not None:
+        if len(instruments) != len(spec.instruments):
+            raise ValueError("expected one factory per instrument of the spec")
+        factories = instruments
+    return TrainJob(spec, task, spec.key(), records.code_version(), factories, steps)
 
 
 def train_record(job: TrainJob) -> RunRecord:
@@ -50,9 +71,7 @@ def train_record(job: TrainJob) -> RunRecord:
     start = time.perf_counter()
     spec = job.spec
     try:
-        task = job.task or get_task(spec.task)
-        with one_thread():
-            result = train(spec.condition.apply(base_setup(task, spec.seed, spec.design)))
+        result = train_result(job)
     except Exception as exc:
         detail = traceback.format_exc(limit=3)
         return _failed(job, f"{type(exc).__name__}: {exc}", time.perf_counter() - start, detail)
@@ -65,7 +84,31 @@ def train_record(job: TrainJob) -> RunRecord:
         trace=result.trace,
         config=result.config,
         code_version=job.code_version,
+        instruments=result.instruments,
     )
+
+
+def train_result(job: TrainJob) -> TrainResult:
+    """Train ``job``'s run: here, or in a fresh interpreter of its own when one of its
+    instruments asks for it (it patches libraries for good; see
+    :func:`faultbench.training.instruments.in_own_process`)."""
+    if needs_own_process(job.instruments):
+        return in_own_process(functools.partial(train_job, job))
+    return train_job(job)
+
+
+def train_job(job: TrainJob) -> TrainResult:
+    """Train ``job``'s run here, with a fresh instrument from each of its factories (built
+    here: an instrument that asks for a process of its own is handed one by
+    :func:`train_record`, which runs this function there)."""
+    spec = job.spec
+    task = job.task or get_task(spec.task)
+    named = [(ref.name, f) for ref, f in zip(spec.instruments, job.instruments, strict=True)]
+    with one_thread():
+        recipe = spec.condition.apply(base_setup(task, spec.seed, spec.design))
+        if job.steps is not None:
+            recipe = recipe.replace(steps=job.steps)
+        return train(recipe, instruments=build(named))
 
 
 @contextmanager

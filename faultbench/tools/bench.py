@@ -5,7 +5,9 @@
 2. probe cost: ``rules`` diagnosis seconds / training seconds per run;
 3. parallel efficiency of the local process pool on all cores;
 4. cold wall time of the canonical benchmark, and warm rescoring time;
-5. peak resident memory.
+5. peak resident memory;
+6, 7, ...: what each registered instrument (:mod:`faultbench.training.instruments`,
+   e.g. Cockpit attached live) adds to a step of the loop, on the same three step sizes.
 
 Everything runs in one process on one machine, which is usually shared and
 noisy, so timings are interleaved and summarized by medians, and ratios are
@@ -14,6 +16,7 @@ reported rather than absolute seconds alone.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -24,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from scipy.stats import binom
@@ -31,11 +35,18 @@ from scipy.stats import binom
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import base_setup, canonical_conditions
 from faultbench.storage.records import RunSpec
-from faultbench.storage.runner import make_job, train_record
+from faultbench.storage.runner import make_job, one_thread, train_record
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.tools.bigstep import small_resnet, train_resnet
 from faultbench.training.engine import LocalEngine
+from faultbench.training.instruments import (
+    INSTRUMENTS,
+    Factory,
+    Instrument,
+    in_own_process,
+    needs_own_process,
+)
 from faultbench.training.loop import EVALUATIONS, train
 from faultbench.training.monitor import DEFAULT_EVERY
 
@@ -80,6 +91,7 @@ class BenchConfig:
     parallel_runs: int  # runs timed one at a time and all at once on one pool
     seeds: int  # seeds of the canonical grid timed cold and warm
     tasks: tuple[str, ...] = BENCH_TASKS  # the tasks of that grid
+    own_process_rounds: int = 3  # rounds for an instrument timed in processes of its own
 
     @classmethod
     def preset(cls, quick: bool) -> BenchConfig:
@@ -94,6 +106,7 @@ class BenchConfig:
                 parallel_runs=2,
                 seeds=1,
                 tasks=BENCH_TASKS[:1],
+                own_process_rounds=1,
             )
         return cls(
             pairs=50,
@@ -125,9 +138,11 @@ OVERHEAD_LABELS = {"digits": ("1a", "digits MLP"), "shapes": ("1b", "shapes CNN"
 
 
 def _interleaved(
-    loops: dict[str, Callable[[], object]], rounds: int, seed: int
+    loops: dict[str, Callable[[], object]], rounds: int, seed: int, *, threads_too: bool = False
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Wall and thread CPU seconds of each loop, ``rounds`` times, interleaved on one thread."""
+    """Wall and thread CPU seconds of each loop, ``rounds`` times, interleaved on one thread
+    (``threads_too``: the CPU seconds of every thread of the process, for an instrument
+    that may work in threads of its own)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a worker
     wall: dict[str, list[float]] = {name: [] for name in loops}
@@ -138,7 +153,7 @@ def _interleaved(
         order = random.Random(seed)  # each round in its own order: no loop always goes first
         for _ in range(rounds):
             for name, run in order.sample(list(loops.items()), len(loops)):
-                w, c = _timed(run)
+                w, c = _timed(run, time.process_time if threads_too else time.thread_time)
                 wall[name].append(w)
                 cpu[name].append(c)
     finally:
@@ -243,10 +258,142 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
     return ordered[k], ordered[n - 1 - k]
 
 
-def _timed(fn: Callable[[], object]) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.thread_time()
+def _timed(
+    fn: Callable[[], object], clock: Callable[[], float] = time.thread_time
+) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), clock()
     fn()
-    return time.perf_counter() - wall, time.thread_time() - cpu
+    return time.perf_counter() - wall, clock() - cpu
+
+
+#: The three step sizes each instrument is priced on: (task or None for the ResNet, label).
+INSTRUMENT_MODELS = (("digits", "digits MLP"), ("shapes", "shapes CNN"), (None, "small ResNet"))
+
+
+def instrument_overhead(number: int, name: str, config: BenchConfig, seed: int = 0) -> list[Figure]:
+    """What instrument ``name`` adds to a step: the loop with it attached over the same loop
+    without it, on the three step sizes of figure 1, interleaved rounds, medians.
+
+    Neither side records a trace or evaluates, so the ratio is the instrument's alone; the
+    CPU time is the whole process's (an instrument may work in threads of its own). An
+    instrument that needs a process of its own (TrainCheck) is timed there, by the wall
+    clock of its loop, against the bare loop's here, in at most ``own_process_rounds``
+    rounds (each starts an interpreter and the tool: seconds apiece, not counted).
+    """
+    factory = INSTRUMENTS.get(name)
+    own = needs_own_process([factory])
+    figures = []
+    for letter, (task, label) in zip("abc", INSTRUMENT_MODELS, strict=True):
+        pairs = {"digits": config.pairs, "shapes": config.cnn_pairs}.get(
+            task or "", config.big_pairs
+        )
+        steps = config.big_steps if task is None else _steps(task, config)
+        if own:
+            pairs = min(pairs, config.own_process_rounds)
+            per_round, bare, records = _own_process_rounds(name, factory, task, steps, pairs, seed)
+            clock, wall_note = "wall clock of the loop (the instrument in its own process)", ""
+        else:
+            loops, records = _instrument_loops(name, factory, task, steps, seed)
+            wall, cpu = _interleaved(loops, pairs, seed, threads_too=True)
+            per_round, bare = _rounds(cpu, "instrumented"), cpu["bare"]
+            clock = "process CPU time"
+            wall_note = f"; wall clock {_ratio(wall, 'instrumented'):.3f}"
+        value = statistics.median(per_round)
+        low, high = median_interval(per_round)
+        step_ms = 1e3 * statistics.median(bare) / steps
+        stopped = next((str(r["error"]) for r in records if r.get("error")), "")
+        figures.append(
+            Figure(
+                f"{number}{letter}. instrument '{name}' / bare loop, time per step ({label})",
+                value,
+                "x",
+                "",
+                None,
+                f"median of {pairs} interleaved rounds (95% interval {low:.3f}-{high:.3f}), "
+                f"{steps} steps of {step_ms:.2f} ms bare, no Monitor and no evaluations on "
+                f"either side, {clock}{wall_note}"
+                + (f"; the instrument's tool stopped: {stopped[:120]}" if stopped else ""),
+            )
+        )
+    return figures
+
+
+def _steps(task: str, config: BenchConfig) -> int:
+    return config.run_steps or get_task(task).defaults.steps
+
+
+def _loop(task: str | None, steps: int, seed: int, instruments: list[Instrument]) -> None:
+    """The loop of one step size, bare or with ``instruments``: no Monitor, no evaluations."""
+    if task is None:
+        train_resnet(steps, monitored=False, seed=seed, instruments=instruments)
+        return
+    setup = replace(base_setup(get_task(task), seed), steps=steps)
+    train(setup, record=False, evaluate=False, instruments=instruments)
+
+
+class _Keeping(Instrument):
+    """Wraps an instrument to keep its record (the bench only times the loop)."""
+
+    def __init__(self, inner: Instrument, records: list[dict[str, object]]) -> None:
+        self.inner, self.records, self.name = inner, records, inner.name
+
+    def start(self, *args: Any) -> None:
+        self.inner.start(*args)
+
+    def after_backward(self, *args: Any) -> None:
+        self.inner.after_backward(*args)
+
+    def after_step(self, *args: Any) -> None:
+        self.inner.after_step(*args)
+
+    def finish(self) -> dict[str, Any]:
+        record = self.inner.finish()
+        self.records.append(dict(record))
+        return record
+
+
+def _instrument_loops(
+    name: str, factory: Factory, task: str | None, steps: int, seed: int
+) -> tuple[dict[str, Callable[[], object]], list[dict[str, object]]]:
+    """The bare and instrumented loops of one step size, and the list that receives the
+    instrument's record of each instrumented run."""
+    records: list[dict[str, object]] = []
+    return (
+        {
+            "bare": lambda: _loop(task, steps, seed, []),
+            "instrumented": lambda: _loop(task, steps, seed, [_Keeping(factory(), records)]),
+        },
+        records,
+    )
+
+
+def _own_process_rounds(
+    name: str, factory: Factory, task: str | None, steps: int, rounds: int, seed: int
+) -> tuple[list[float], list[float], list[dict[str, object]]]:
+    """Per round: the instrumented loop's wall seconds in a process of its own over the bare
+    loop's here; the bare seconds; the instrument's records."""
+    _loop(task, steps, seed, [])  # warm this process's caches for the bare side
+    ratios, bare, records = [], [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        _loop(task, steps, seed, [])
+        bare.append(time.perf_counter() - start)
+        seconds, record = in_own_process(functools.partial(_timed_with, factory, task, steps, seed))
+        ratios.append(seconds / bare[-1])
+        records.append(record)
+    return ratios, bare, records
+
+
+def _timed_with(
+    factory: Factory, task: str | None, steps: int, seed: int
+) -> tuple[float, dict[str, object]]:
+    """In the instrument's own process: build it, then time the loop with it attached."""
+    records: list[dict[str, object]] = []
+    with one_thread():
+        instrument = _Keeping(factory(), records)
+        start = time.perf_counter()
+        _loop(task, steps, seed, [instrument])
+        return time.perf_counter() - start, records[0]
 
 
 def parallel_efficiency(runs: int, workers: int | None = None) -> Figure:
@@ -429,4 +576,8 @@ def run_bench(quick: bool = False, emit: Callable[[str], None] = print) -> list[
         emit(figure.line())
     figures.append(peak_memory())
     emit(figures[-1].line())
+    for number, name in enumerate(INSTRUMENTS.names(), start=6):
+        for figure in instrument_overhead(number, name, config):
+            figures.append(figure)
+            emit(figure.line())
     return figures

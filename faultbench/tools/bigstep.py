@@ -8,10 +8,13 @@ how long its steps take with and without a :class:`~faultbench.Monitor`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from faultbench.training.instruments import Instrument
 from faultbench.training.monitor import DEFAULT_EVERY, Monitor
 
 WIDTH = 8  # channels of the first block; each later block doubles them
@@ -60,10 +63,16 @@ def small_resnet() -> nn.Sequential:
 
 
 def train_resnet(
-    steps: int, *, monitored: bool, seed: int = 0, every: int = DEFAULT_EVERY
+    steps: int,
+    *,
+    monitored: bool,
+    seed: int = 0,
+    every: int = DEFAULT_EVERY,
+    instruments: Sequence[Instrument] = (),
 ) -> Monitor | None:
     """Train the small ResNet for ``steps`` steps; with a Monitor in the loop's three lines
-    (its trace read at the end, as a user would; ``every`` is the Monitor's), or bare."""
+    (its trace read at the end, as a user would; ``every`` is the Monitor's), or bare;
+    ``instruments`` called at the loop's moments as the benchmark's loop calls them."""
     torch.manual_seed(seed)
     model = small_resnet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -73,14 +82,22 @@ def train_resnet(
     ]
     stream = [batches[i % DISTINCT_BATCHES] for i in range(steps)]
     monitor = Monitor(model, optimizer, every=every) if monitored else None
-    for xb, yb in monitor.batches(stream) if monitor else stream:
+    for instrument in instruments:
+        instrument.start(model, optimizer, F.cross_entropy)
+    for step, (xb, yb) in enumerate(monitor.batches(stream) if monitor else stream, start=1):
         out = model(xb)
         loss = F.cross_entropy(out, yb)
         optimizer.zero_grad()
         loss.backward()
+        for instrument in instruments:
+            instrument.after_backward(model, optimizer, (xb, yb), out, loss, step)
         optimizer.step()
         if monitor is not None:
             monitor.step(loss, out, yb)
+        for instrument in instruments:
+            instrument.after_step(model, optimizer, (xb, yb), loss, step)
+    for instrument in instruments:
+        instrument.finish()
     if monitor is not None:
         monitor.close()
         monitor.trace()

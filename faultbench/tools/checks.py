@@ -30,13 +30,21 @@ from typing import Any
 import numpy as np
 
 from faultbench.faults.fault import base_setup, condition, labels
-from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, get_diagnoser, is_diagnoser
+from faultbench.scoring.diagnosis import (
+    UNKNOWN,
+    Diagnoser,
+    get_diagnoser,
+    instruments_of,
+    is_diagnoser,
+)
 from faultbench.scoring.harness import Outcome, diagnose_safely
 from faultbench.scoring.run import Probe, Run
 from faultbench.storage.records import RunRecord, RunSpec, code_version
+from faultbench.storage.runner import make_job, train_result
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
-from faultbench.training.loop import TrainResult, train
+from faultbench.training.instruments import references
+from faultbench.training.loop import TrainResult
 
 CHECK_STEPS = 120  # long enough for every trace signal to exist, short enough to train in ~1 s
 CHECK_TIMEOUT = 60.0  # seconds one diagnosis may take inside a check
@@ -60,22 +68,34 @@ class CheckResult:
 
 
 @functools.cache
-def _trained(fault: str) -> tuple[Any, TrainResult]:
+def _trained(fault: str, instruments: tuple[str, ...] = ()) -> tuple[Any, TrainResult]:
     task = get_task("digits")
     setup = condition(fault).apply(base_setup(task, CHECK_SEED)).replace(steps=CHECK_STEPS)
-    return setup, train(setup)
+    spec = RunSpec(task.name, task.fingerprint, condition(fault), CHECK_SEED)
+    job = make_job(spec.with_instruments(references(instruments)), steps=CHECK_STEPS)
+    return setup, train_result(job)
 
 
-def make_run(fault: str = "healthy", *, diverged: bool = False) -> Run:
-    """A fresh short digits run with ``fault`` injected (its own probe, zero steps used).
+def make_run(
+    fault: str = "healthy", *, diverged: bool = False, instruments: tuple[str, ...] = ()
+) -> Run:
+    """A fresh short digits run with ``fault`` injected (its own probe, zero steps used),
+    trained with ``instruments`` (names) attached to its loop.
 
     ``diverged`` turns every loss, gradient and update from the middle on into
-    NaN, as a run that blew up leaves them.
+    NaN, as a run that blew up leaves them (the instruments' records stay as trained).
     """
-    setup, result = _trained(fault)
+    setup, result = _trained(fault, tuple(sorted(instruments)))
     assert result.trace is not None and result.config is not None
     trace = _diverge(result.trace) if diverged else result.trace
-    return Run("digits", CHECK_SEED, trace, result.config, Probe.from_setup(setup))
+    probe = Probe.from_setup(setup)
+    return Run("digits", CHECK_SEED, trace, result.config, probe, dict(result.instruments))
+
+
+def _run_for(diagnoser: Diagnoser, fault: str, *, diverged: bool = False) -> Run:
+    """:func:`make_run` with the instruments ``diagnoser`` declares."""
+    names = tuple(ref.name for ref in instruments_of(diagnoser))
+    return make_run(fault, diverged=diverged, instruments=names)
 
 
 def _diverge(trace: Any) -> Any:
@@ -120,7 +140,7 @@ def check_interface(diagnoser: Diagnoser) -> None:
 
 def check_returns_diagnosis(diagnoser: Diagnoser) -> None:
     """``diagnose`` returns a ``Diagnosis`` for a healthy run, without raising."""
-    _ask(diagnoser, make_run("healthy"))
+    _ask(diagnoser, _run_for(diagnoser, "healthy"))
 
 
 def check_known_labels(diagnoser: Diagnoser) -> None:
@@ -128,7 +148,7 @@ def check_known_labels(diagnoser: Diagnoser) -> None:
     healthy and faulty runs."""
     known = {*labels(), UNKNOWN}
     for fault in ("healthy", "label_mismatch", "softmax_before_loss"):
-        label = _ask(diagnoser, make_run(fault)).label
+        label = _ask(diagnoser, _run_for(diagnoser, fault)).label
         if label not in known:
             raise CheckFailed(
                 f"answered {label!r} on a {fault} run; expected one of {sorted(known)}"
@@ -149,7 +169,7 @@ def check_ignores_condition(diagnoser: Diagnoser) -> None:
 
 def check_deterministic(diagnoser: Diagnoser) -> None:
     """Two diagnoses of the same run agree (label and confidence)."""
-    first, second = (_ask(diagnoser, make_run("lr_too_high")) for _ in range(2))
+    first, second = (_ask(diagnoser, _run_for(diagnoser, "lr_too_high")) for _ in range(2))
     if (first.label, first.confidence) != (second.label, second.confidence):
         raise CheckFailed(
             f"two diagnoses of one run differ: {first.label!r} ({first.confidence}) vs "
@@ -159,7 +179,7 @@ def check_deterministic(diagnoser: Diagnoser) -> None:
 
 def check_handles_diverged_run(diagnoser: Diagnoser) -> None:
     """A run whose losses and gradients turned NaN gets a known label, not an error."""
-    outcome = _ask(diagnoser, make_run("healthy", diverged=True))
+    outcome = _ask(diagnoser, _run_for(diagnoser, "healthy", diverged=True))
     if outcome.label not in {*labels(), UNKNOWN}:
         raise CheckFailed(f"answered {outcome.label!r} on a diverged run")
 
@@ -208,7 +228,7 @@ def parametrize_checks(*diagnosers: Diagnoser) -> Any:
 
 
 def _with_decoy(diagnoser: Diagnoser, decoy: str) -> str:
-    run = make_run("healthy")
+    run = _run_for(diagnoser, "healthy")
     task = get_task(run.task)
     spec = RunSpec(task.name, task.fingerprint, condition(decoy), run.seed)
     record = RunRecord(

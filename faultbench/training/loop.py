@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from faultbench.core import kernels
 from faultbench.faults.recipe import Recipe, Scorer
+from faultbench.training.instruments import Instrument, finish_all
 from faultbench.training.model import build_model
 from faultbench.training.monitor import Monitor
 from faultbench.training.trace import RunConfig, Trace
@@ -37,10 +39,16 @@ class TrainResult:
     trace: Trace | None  # None when trained with ``record=False``
     config: RunConfig | None  # None when trained with ``record=False``
     seconds: float  # wall time of the loop, evaluations included
+    instruments: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its record
 
 
 def train(
-    recipe: Recipe, *, record: bool = True, evaluate: bool | None = None, every: int = 1
+    recipe: Recipe,
+    *,
+    record: bool = True,
+    evaluate: bool | None = None,
+    every: int = 1,
+    instruments: Sequence[Instrument] = (),
 ) -> TrainResult:
     """Train one run. ``record=False`` is the bare loop the benchmark compares against.
 
@@ -53,7 +61,9 @@ def train(
     even without a monitor, which lets the benchmark price them apart.
     ``every`` is the Monitor's: the benchmark records every step (1), so each
     diagnoser is scored on the whole of every series; ``faultbench bench`` also
-    prices the Monitor's own default.
+    prices the Monitor's own default. ``instruments`` are called at the loop's moments
+    (:mod:`faultbench.training.instruments`); none by default, and they never change
+    the run's numbers.
     """
     evaluate = record if evaluate is None else evaluate
     with _reproducible():
@@ -73,26 +83,33 @@ def train(
         eval_every = max(1, recipe.steps // EVALUATIONS)
         state = [*model.parameters(), *model.buffers()]  # what an evaluation depends on
         snapshots: list[tuple[int, list[torch.Tensor]]] = []
+        for instrument in instruments:
+            instrument.start(model, optimizer, loss_fn)
         for step in range(1, recipe.steps + 1):
             xb, yb = next(batches)
-            out = model(xb)
-            loss = loss_fn(out, yb)
+            output = model(xb)
+            loss = loss_fn(output, yb)
             clear(model, optimizer, step)
             loss.backward()
+            for instrument in instruments:
+                instrument.after_backward(model, optimizer, (xb, yb), output, loss, step)
             clip(model, optimizer, step)
             update(model, optimizer, step)
             schedule.step()
             if monitor is not None and pad is not None:
-                monitor.step(loss, out, yb, mask=xb != pad)
+                monitor.step(loss, output, yb, mask=xb != pad)
             elif monitor is not None:
                 monitor.step(loss)
+            for instrument in instruments:
+                instrument.after_step(model, optimizer, (xb, yb), loss, step)
             if evaluate and (step % eval_every == 0 or step == recipe.steps):
                 snapshots.append((step, [t.detach().clone() for t in state]))
         _evaluate_snapshots(model, state, snapshots, recipe.make_scorer(recipe), monitor)
+        seen = finish_all(instruments)
         if monitor is None:
-            return TrainResult(None, None, time.perf_counter() - start)
+            return TrainResult(None, None, time.perf_counter() - start, seen)
         monitor.close()
-        return TrainResult(monitor.trace(), monitor.config(), time.perf_counter() - start)
+        return TrainResult(monitor.trace(), monitor.config(), time.perf_counter() - start, seen)
 
 
 @contextlib.contextmanager

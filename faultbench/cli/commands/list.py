@@ -28,12 +28,14 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.faults.fault import FAULTS, HELD_OUT
     from faultbench.scoring.diagnosis import DIAGNOSERS
     from faultbench.tasks.task import TASKS
+    from faultbench.training.instruments import INSTRUMENTS
 
     _faults()
     _tasks()
     list_section()
     _diagnosers()
-    registries = (FAULTS, HELD_OUT, TASKS, DIAGNOSERS)
+    _instruments()
+    registries = (FAULTS, HELD_OUT, TASKS, DIAGNOSERS, INSTRUMENTS)
     broken = [(r.kind, name, why) for r in registries for name, why in r.broken.items()]
     for kind, name, why in broken:
         print(f"broken {kind} plug-in '{name}': {why}")
@@ -149,7 +151,22 @@ def _diagnosers() -> None:
         probes = getattr(diagnoser, "probes", None)
         probing = "not declared" if probes is None else ("yes" if probes else "no")
         print(f"  {name:<22} {_first_line(type(diagnoser)) or 'no description'}")
-        print(f"  {'':<22} tuned on: {tuned}; probes: {probing}")
+        asked = getattr(diagnoser, "instrument", None)
+        watches = f"; instrument in the loop: {asked}" if asked else ""
+        print(f"  {'':<22} tuned on: {tuned}; probes: {probing}{watches}")
+
+
+def _instruments() -> None:
+    from faultbench.training.instruments import INSTRUMENTS
+
+    print("instruments (code a diagnoser attaches to the training loop):")
+    for name in INSTRUMENTS.names():
+        factory = INSTRUMENTS.get(name)
+        # The module's first line: the class's docstring is part of the code that keys
+        # an instrument's runs, and is written for the reader of the code.
+        print(f"  {name:<22} {_first_line(inspect.getmodule(factory)) or 'no description'}")
+        if getattr(factory, "own_process", False):
+            print(f"  {'':<22} each run trains in a process of its own (it patches libraries)")
 
 
 def _optimizer(d: TrainDefaults) -> str:

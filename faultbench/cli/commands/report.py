@@ -201,7 +201,7 @@ def generate(
     from faultbench.reporting.realbugs import write as write_realbugs
     from faultbench.reporting.validity import grid_rates
     from faultbench.reporting.validity_files import write as write_validity
-    from faultbench.scoring.diagnosis import get_diagnoser
+    from faultbench.scoring.diagnosis import get_diagnoser, instruments_of
     from faultbench.scoring.evaluate import evaluate
     from faultbench.tools.realbugs import evaluate_suite
     from faultbench.training.monitor import DEFAULT_EVERY
@@ -253,13 +253,14 @@ def generate(
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
+    overhead = provenance.instrument_overhead_table([*reports, *full, *every_step])
     cover, calib = calibration.coverage_frame(reports), calibration.calibration_frame(reports)
     out.mkdir(parents=True, exist_ok=True)
     texts = {
         "faults.md": report.faults_markdown(faults),
         "scores.md": report.scores_markdown(scores, mcnemar),
         "calibration.md": calibration.calibration_markdown(cover, calib),
-        "timings.md": _timings_markdown(report.markdown_table, timings, waits),
+        "timings.md": _timings_markdown(report.markdown_table, timings, waits, overhead),
     }
     frames = {
         "faults.csv": faults,
@@ -300,6 +301,9 @@ def generate(
         designs=pd.concat([r.design_frame() for r in full], ignore_index=True) if full else None,
         bases=_bases_lines(full),
         extra=realbug_columns(answers) if answers is not None else None,
+        instruments={
+            name: [r.name for r in instruments_of(get_diagnoser(name))] for name in diagnosers
+        },
     )
     if answers is not None:
         written += write_realbugs(answers, out)
@@ -364,8 +368,26 @@ def _subset_text(seeds: int, healthy: int) -> str:
 
 
 def _timings_markdown(
-    table: Callable[[pd.DataFrame], str], timings: pd.DataFrame, waits: pd.DataFrame
+    table: Callable[[pd.DataFrame], str],
+    timings: pd.DataFrame,
+    waits: pd.DataFrame,
+    overhead: pd.DataFrame | None = None,
 ) -> str:
+    instruments = []
+    if overhead is not None and len(overhead):
+        instruments = [
+            "## What each instrument added to training",
+            "",
+            "A diagnoser with an instrument (see leaderboard.md) reads runs trained again with "
+            "the instrument in their loop. Per diagnoser, task and grid: the median over its "
+            "runs of the run's training seconds with the instrument over the same run's "
+            "seconds without it, each as measured when it trained (evaluations and the "
+            "Monitor included on both sides). `faultbench bench` prices each instrument on "
+            "three step sizes, interleaved on one machine.",
+            "",
+            table(overhead),
+            "",
+        ]
     return "\n".join(
         [
             "# Wall-clock measurements",
@@ -381,6 +403,7 @@ def _timings_markdown(
             "",
             table(waits),
             "",
+            *instruments,
         ]
     )
 
