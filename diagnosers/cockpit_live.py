@@ -316,6 +316,7 @@ class CockpitLiveDiagnoser:
     probes = False  # reads what Cockpit recorded in the loop
     tuned_on: frozenset[str] = frozenset({"digits"})
     subset_seeds = 1  # each run is trained again with Cockpit: seed 0 of each grid
+    reads_trace = False  # never reads run.trace: its answer cannot depend on the Monitor's sampling
 
     def __init__(self) -> None:
         _tools.require("backpack", diagnoser=NAME)

@@ -478,6 +478,7 @@ class TheDeepChecker:
     probes = True  # every phase retrains the initialized model through the probe
     tuned_on: frozenset[str] | set[str] = frozenset()
     subset_seeds = 1  # its probe trains (about 1.5 s a diagnosis): the report scores seed 0
+    reads_trace = False  # never reads run.trace: its answer cannot depend on the Monitor's sampling
 
     def diagnose(self, run: Run) -> Diagnosis:
         """Log every warning; the first one logged is the answer."""

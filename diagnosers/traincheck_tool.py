@@ -303,6 +303,10 @@ class TrainCheckDiagnoser:
     probes = False  # reads TrainCheck's check of the run
     tuned_on: frozenset[str] = frozenset({INFER_TASK})
     subset_seeds = 1  # each run is traced again and checked: seed 0 of each grid
+    # TrainCheck traces every torch call of a run in an interpreter of its own: 30 to 80 s
+    # a run here, so seed 0 of both grids on every task (about 390 runs) would take longer
+    # than the whole cold report may. It is scored on demand (--diagnoser traincheck).
+    left_out_of_report = "30-80 s a run (each traced in its own interpreter): scored on demand"
 
     def __init__(self) -> None:
         _tools.require("traincheck", diagnoser=NAME)

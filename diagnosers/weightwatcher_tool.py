@@ -138,6 +138,7 @@ class WeightWatcherDiagnoser:
     probes = True  # the replay trains the run's model through its probe
     tuned_on: frozenset[str] = frozenset({"digits"})
     subset_seeds = 1  # seconds per diagnosis: the report scores it on seed 0 of each grid
+    reads_trace = False  # never reads run.trace: its answer cannot depend on the Monitor's sampling
 
     def __init__(self) -> None:
         self._watcher = _tools.require("weightwatcher", diagnoser=NAME).WeightWatcher

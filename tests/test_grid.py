@@ -27,7 +27,7 @@ from faultbench.faults.fault import (
     variant_ids,
 )
 from faultbench.faults.grid import grid_points
-from faultbench.faults.levels import LEVELS, Level, load_levels, write_levels
+from faultbench.faults.levels import FIXED, LEVELS, Level, load_levels, write_levels
 from faultbench.scoring.manifest import SIGNALS, effect, signals
 from faultbench.scoring.plan import plan
 from faultbench.storage.runner import ensure_records
@@ -40,6 +40,7 @@ from faultbench.tools.calibrate import (
     calibrate,
     choose_levels,
     effect_at_precision,
+    fixed_variants,
     knob_variants,
     measured_on,
 )
@@ -216,12 +217,15 @@ def test_calibrate_cli_refuses_an_unknown_task(tmp_path: Path) -> None:
 
 
 def _digits_levels() -> list[Level]:
-    return [lv for lv in load_levels() if lv.task == "digits"]
+    return [lv for lv in load_levels() if lv.task == "digits" and lv.level in LEVELS]
 
 
-def test_levels_file_holds_only_known_knob_variants() -> None:
+def test_levels_file_holds_known_knob_variants_and_the_fixed_ones_visibility() -> None:
     assert {lv.variant for lv in _digits_levels()} <= set(knob_variants(DIGITS))
     assert all(lv.variant.partition(".")[0] in FAULTS.names() for lv in load_levels())
+    for task in task_names():
+        fixed = {lv.variant for lv in load_levels() if lv.task == task and lv.level == FIXED}
+        assert fixed == set(fixed_variants(get_task(task))), task
 
 
 #: Drawn healthy bases the levels' runs are compared with (as many as the calibration's).

@@ -1,6 +1,11 @@
 """The full grid's plan on drawn bases: healthy on every base, each fault on the first bases
 it applies to (the others passed over with the reason), and every variant visible on most
-drawn bases at its severe level, on every shipped task."""
+drawn bases at its severe level, on every shipped task.
+
+Visibility on every task is read from the calibration (``faultbench calibrate`` trains each
+variant's severities, and each fixed variant, on three drawn bases of seeds no grid scores,
+and the levels file records the share of them it showed on, with the code it was measured
+on); on digits it is also trained here, on the grid's own bases."""
 
 from __future__ import annotations
 
@@ -10,12 +15,14 @@ import numpy as np
 import pytest
 
 from faultbench.faults.fault import FAULTS, HEALTHY
+from faultbench.faults.levels import FIXED, load_levels
 from faultbench.faults.recipe import base_setup
 from faultbench.scoring.manifest import manifestation
 from faultbench.scoring.plan import Plan, plan
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task, task_names
+from faultbench.tools.calibrate import fixed_variants, knob_variants, measured_on
 from faultbench.training.engine import LocalEngine
 
 BASES = 3  # drawn bases each severe variant runs on
@@ -23,9 +30,11 @@ HEALTHY_BASES = 10  # drawn healthy runs its visibility is tested against
 MOST = 2 / 3  # "most" of the bases
 
 
-def _severe_plan(name: str, root: Path, pool: LocalEngine) -> tuple[Plan, dict]:
-    task = get_task(name)
-    store = Store(root)
+@pytest.fixture(scope="module")
+def digits_severe(shared_store_root: Path, pool: LocalEngine) -> tuple[Plan, dict]:
+    """Every known variant of digits at its severe level on its first bases, and 10 healthy."""
+    task = get_task("digits")
+    store = Store(shared_store_root)
     known = FAULTS.names()
     kept = plan(
         task,
@@ -47,12 +56,22 @@ def _severe_plan(name: str, root: Path, pool: LocalEngine) -> tuple[Plan, dict]:
     return kept, records
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", task_names())
-def test_every_variant_manifests_on_most_drawn_bases_at_its_severe_level(
-    name: str, shared_store_root: Path, pool: LocalEngine
+def test_every_variant_shows_on_most_calibration_bases_at_its_severe_level(name: str) -> None:
+    task = get_task(name)
+    levels = [lv for lv in load_levels() if lv.task == name]
+    assert all(lv.code == measured_on(task, lv.variant) for lv in levels), "make calibrate"
+    shown = {lv.variant: lv.visible_share for lv in levels if lv.level in ("severe", FIXED)}
+    for ident in [*knob_variants(task), *fixed_variants(task)]:
+        assert ident in shown, f"{name} {ident}: no severity of it showed on most bases"
+        assert shown[ident] >= MOST, f"{name} {ident}: visible on {shown[ident]:.0%} of its bases"
+
+
+@pytest.mark.slow
+def test_every_digits_variant_manifests_on_most_grid_bases_at_its_severe_level(
+    digits_severe: tuple[Plan, dict],
 ) -> None:
-    kept, records = _severe_plan(name, shared_store_root, pool)
+    kept, records = digits_severe
     healthy = [
         (records[spec].trace, records[spec].config)
         for point, spec in kept.runs
@@ -66,18 +85,18 @@ def test_every_variant_manifests_on_most_drawn_bases_at_its_severe_level(
         record = records[spec]
         visible = not record.ok or bool(manifestation(record.trace, record.config, healthy).visible)
         shown.setdefault(point.variant, []).append(visible)
-    assert shown, name
+    assert set(shown) == set(knob_variants(kept.task)) | set(fixed_variants(kept.task))
     for variant, seen in shown.items():
-        assert np.mean(seen) >= MOST, f"{name} {variant}: visible on {seen}"
+        assert np.mean(seen) >= MOST, f"digits {variant}: visible on {seen}"
     for passed in kept.passed_over.values():  # nothing skipped silently: each with its reason
         assert all(why.startswith("fault variant '") for _, why in passed), passed
 
 
 def test_a_fault_runs_on_the_first_bases_it_applies_to_and_says_why_it_skipped_others(
-    shared_store_root: Path, pool: LocalEngine
+    digits_severe: tuple[Plan, dict],
 ) -> None:
     task = get_task("digits")
-    kept, _ = _severe_plan("digits", shared_store_root, pool)
+    kept, _ = digits_severe
     healthy_seeds = [s.seed for p, s in kept.runs if p.condition.name == HEALTHY]
     assert healthy_seeds == list(range(HEALTHY_BASES))
     for _, spec in kept.runs:

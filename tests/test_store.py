@@ -24,6 +24,7 @@ from faultbench.tasks.task import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "faultbench" / "scoring" / "worker.py"
+INSTRUMENTS = ROOT / "faultbench" / "training" / "instruments.py"
 HEALTHY = canonical_conditions(["healthy"])
 
 
@@ -144,7 +145,7 @@ def test_save_leaves_no_partial_file_when_writing_fails(stored):
 def test_failed_training_is_kept_and_retrained_as_a_new_attempt(tmp_path, monkeypatch):
     store = Store(tmp_path / "s")
 
-    def broken_train(setup, record=True):  # type: ignore[no-untyped-def]
+    def broken_train(setup, record=True, **kwargs):  # type: ignore[no-untyped-def]
         raise FloatingPointError("simulated crash in the loop")
 
     monkeypatch.setattr(faultbench.storage.runner, "train", broken_train)
@@ -169,9 +170,14 @@ def test_nothing_loads_torch_or_pickle_unsafely():
         for call in re.findall(r"torch\.load\([^)]*\)", text):
             assert "weights_only=True" in call, f"{path}: {call}"
         loads = re.findall(r"\b(?:pickle|cPickle|dill|joblib)\.loads?\([^)]*\)", text)
-        # The one exception: the diagnosis worker unpickles what its own parent
-        # process sent it down a private pipe, never a file.
-        allowed = ["pickle.loads(payload)"] if path == WORKER else []
+        # The exceptions: the diagnosis worker unpickles what its own parent process sent
+        # it down a private pipe; an instrument's own process and its parent exchange the
+        # job and its result through a temporary folder only the two of them know
+        # (mode 0700), never a stored file.
+        allowed = {
+            WORKER: ["pickle.loads(payload)"],
+            INSTRUMENTS: ["pickle.loads(answer.read_bytes()", "pickle.loads(given.read_bytes()"],
+        }.get(path, [])
         assert loads == allowed, path
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CLASSIFIER_VARIANTS, DIGITS_CONDITIONS, SIGNAL_SEEDS
+from conftest import CLASSIFIER_FAULTS, CLASSIFIER_VARIANTS, DIGITS_CONDITIONS, SIGNAL_SEEDS
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import (
     FAULTS,
@@ -36,7 +36,10 @@ from faultbench.tasks.task import get_task, task_names
 from faultbench.training.engine import LocalEngine
 from faultbench.training.trace import RunConfig, Trace
 
-HEALTHY_REFERENCE = 5  # healthy seeds a run is compared with: `faultbench run`'s default
+# Healthy seeds a run is compared with. Not 5 (`faultbench run`'s classic default): with 5
+# the Bonferroni-corrected t quantile is about 8.6 (4 degrees of freedom), and shapes' one-channel
+# CNN, 12 points of validation accuracy under healthy (0.79 against 0.90-0.93), stayed inside.
+HEALTHY_REFERENCE = 10
 CHECK_TASKS = ("digits", "shapes")  # digits first; a variant that cannot run there, on shapes
 
 Grid = dict[tuple[str, str, int], RunRecord]
@@ -248,7 +251,9 @@ def test_variant_is_documented(ident: str) -> None:
 @pytest.mark.parametrize("name", [*FAULTS.names(), *HELD_OUT.names()])
 def test_every_fault_has_its_mechanisms(name: str) -> None:
     fault = find(name)[0]
-    assert len(fault.variants) >= (2 if name in FAULTS.names() else 1)
+    # The classifier faults came with two or more real mechanisms each; a language
+    # model's fault (and a held-out one) is one bug, in one form.
+    assert len(fault.variants) >= (2 if name in CLASSIFIER_FAULTS else 1)
     assert fault.transform is fault.variants[0].transform  # the classic form
     assert fault.severity is fault.variants[0].severity
 
@@ -305,7 +310,7 @@ def test_bad_variant_names_say_what_is_valid() -> None:
         FaultbenchError,
         match=re.escape(
             "Unknown frozen_layer variant 'requires_grd'. Did you mean "
-            "'requires_grad'? Valid: left_out, requires_grad, zero_lr"
+            "'requires_grad'? Valid: embedding, left_out, requires_grad, zero_lr"
         ),
     ):
         condition("frozen_layer.requires_grd")

@@ -159,7 +159,8 @@ def write(
 ) -> list[Path]:
     """Write ``leaderboard.md`` (+ csv, per task, per variant), the false alarms per design
     axis (``false_alarms_by_axis.csv``, from ``designs``; see :func:`alarms_by_axis`) and the
-    recall-by-level figure to ``out``. ``bases`` are lines on the drawn bases (redraws, ...);
+    recall-by-level figure to ``out``. ``bases`` are the lines above the table (the drawn
+    bases' redraws, the diagnosers a report left out and why);
     ``extra``: more columns, one row per diagnoser (the real-bug suite's, see realbugs.md).
     """
     from faultbench.reporting.report import markdown_table
@@ -190,7 +191,10 @@ def write(
             "held-out faults; each trace is read as the Monitor records it by default (every "
             f"{DEFAULT_EVERY}th step). *Reference recipe* columns are the classic grid (the "
             "task's one original recipe, the nine at their canonical severities); *every step* "
-            "columns are the full grid read at every step. *Identification*: runs with one of "
+            "columns are the full grid read at every step (n/a for a diagnoser that never "
+            "reads the trace, whose answers cannot depend on its sampling: one that replays "
+            "the run through its probe, or reads its instrument's record). *Identification*: "
+            "runs with one of "
             "the known faults, named correctly. *Known faults not healthy*: the same runs, "
             "any alarm. *Held-out faults*: runs with a bug outside the known ones; *not "
             "healthy* is detection, *other_fault* says it is none of them. *Alarm precision*: "

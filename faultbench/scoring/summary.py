@@ -8,6 +8,7 @@ continues in a second block).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,7 +86,9 @@ def render(report: Any) -> str:
         f"runs trained now: {report.trained}",
     ]
     for fault, why in report.not_applicable:
-        lines.append(f"not applicable on {report.task}: {fault} ({why})")
+        lines += textwrap.wrap(
+            f"not applicable on {report.task}: {fault} ({why})", WIDTH, subsequent_indent="  "
+        )
     lines += failure_lines(report)
     return "\n".join(lines)
 

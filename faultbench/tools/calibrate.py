@@ -31,6 +31,11 @@ The rule, applied to measured runs only (no diagnoser is asked anything):
 Because effect is measured in units of the task's own healthy spread, "mild"
 means the same distance from healthy on digits as on the CNN task.
 
+A variant without a knob (the bug has no degree) is measured the same way on
+its first :data:`SWEEP_BASES` bases and written as level ``fixed`` (severity
+NaN, never read by the grid): whether it shows on most drawn bases is then
+versioned data, which a test reads for every variant of every task.
+
 Each level records the code it was measured on (:func:`measured_on`): the
 task's data, the training code, the variant's own code, the family's rates
 and this rule. ``make report`` reads the levels and never recalibrates;
@@ -52,7 +57,7 @@ import numpy as np
 from faultbench.core.codetext import code_text
 from faultbench.faults.family import working_rates
 from faultbench.faults.fault import Condition, condition, find, inapplicable, variant_ids
-from faultbench.faults.levels import LEVELS, Level
+from faultbench.faults.levels import FIXED, LEVELS, Level
 from faultbench.faults.recipe import base_setup
 from faultbench.scoring import manifest
 from faultbench.scoring.manifest import EFFECT_CAP, effect, manifestation
@@ -91,6 +96,15 @@ def knob_variants(task: Task) -> list[str]:
     ]
 
 
+def fixed_variants(task: Task) -> list[str]:
+    """The known faults' variants without a knob that apply to ``task``."""
+    return [
+        ident
+        for ident in variant_ids(held_out=False)
+        if find(ident)[1].severity is None and not inapplicable(ident, task)
+    ]
+
+
 def choose_levels(points: Sequence[SweepPoint]) -> dict[str, SweepPoint]:
     """Level -> sweep point by the rule of this module (``points`` mildest first)."""
     visible = [p for p in points if p.visible_share >= VISIBLE_SHARE]
@@ -123,12 +137,12 @@ def calibrate(
     Runs are stored like every other (a second calibration trains nothing).
     """
     idents = list(variants) if variants is not None else knob_variants(task)
+    idents += fixed_variants(task) if variants is None else []
     bases = verified_bases(task, SEEDS, store=store, engine=engine, progress=progress)
     sweeps: dict[str, list[tuple[Condition, list[Base]]]] = {}
     for ident in idents:
         knob = find(ident)[1].severity
-        assert knob is not None
-        conds = [condition((ident, value)) for value in knob.grid()]
+        conds = [condition((ident, value)) for value in knob.grid()] if knob else [condition(ident)]
         on = [b for b in bases.values() if not conds[0].why_not(base_setup(task, b.seed, b.design))]
         sweeps[ident] = [(cond, on[:SWEEP_BASES]) for cond in conds]
     specs = [_spec(task, Condition(), base) for base in bases.values()]
@@ -147,7 +161,8 @@ def calibrate(
         sweep += measured
         seeds = " ".join(str(b.seed) for b in points[0][1]) if points else ""
         code = measured_on(task, ident)
-        for name, point in choose_levels(measured).items():
+        fixed = find(ident)[1].severity is None
+        for name, point in (({FIXED: measured[0]}) if fixed else choose_levels(measured)).items():
             levels.append(
                 Level(
                     task.name,
@@ -162,7 +177,11 @@ def calibrate(
             )
         if emit:
             chosen = ", ".join(
-                f"{lv.level} {lv.severity:g}" for lv in levels if lv.variant == ident
+                f"{lv.level} {lv.severity:g}"
+                if lv.level != FIXED
+                else f"fixed, visible on {lv.visible_share:.0%} of its bases"
+                for lv in levels
+                if lv.variant == ident
             )
             emit(f"{task.name} {ident}: {chosen or 'no visible severity'}")
     return levels, sweep
@@ -197,8 +216,8 @@ def _measure(
     records: dict[RunSpec, RunRecord],
     healthy: list[Measured],
 ) -> SweepPoint:
-    ((ident, severity),) = cond.faults
-    assert severity is not None
+    ((ident, knob),) = cond.faults
+    severity = math.nan if knob is None else knob  # a fixed variant has no degree
     visible, effects = [], []
     for base in on:
         run = _signals_of(records[_spec(task, cond, base)])

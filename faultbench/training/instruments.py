@@ -39,6 +39,7 @@ instrument there is. A diagnoser asks for one with a class attribute,
 from __future__ import annotations
 
 import hashlib
+import inspect
 import pickle
 import subprocess
 import sys
@@ -54,9 +55,10 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from faultbench.core.codetext import code_text
 from faultbench.core.errors import FaultbenchError
 from faultbench.core.registry import Registry
-from faultbench.faults.source import code_hash, normalized_source
+from faultbench.faults.source import code_hash
 
 ENTRY_POINT_GROUP = "faultbench.instruments"
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -183,7 +185,7 @@ def instrument_code(factory: Factory) -> str:
             f"({exc}); expected a class or function defined in a file, whose code keys its runs"
         ) from None
     digest = hashlib.sha256(code.encode())
-    digest.update(normalized_source(sys.modules[__name__]).encode())
+    digest.update(code_text(inspect.getsource(sys.modules[__name__])).encode())
     for library in getattr(factory, "libraries", ()):
         try:
             version = metadata.version(library)

@@ -98,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.scoring.diagnosis import diagnoser_names, get_diagnoser
     from faultbench.tasks.task import get_task, task_names
 
-    diagnosers = list(dict.fromkeys(args.diagnoser or diagnoser_names()))
+    diagnosers = list(dict.fromkeys(args.diagnoser or in_report(diagnoser_names())))
     tasks = list(dict.fromkeys(args.task or task_names()))
     for name in diagnosers:
         get_diagnoser(name)  # unknown names fail here, before any worker starts
@@ -221,6 +221,9 @@ def generate(
         )
 
     full_tasks = (full_tasks or tasks) if "full" in scored_grids else ()
+    # Read at every step only where the sampling can change an answer: a diagnoser that
+    # never reads the trace (``reads_trace = False``) answers the same at any sampling.
+    sampled = [name for name in diagnosers if getattr(get_diagnoser(name), "reads_trace", True)]
     evaluations = [
         ahead.Evaluation(
             name,
@@ -236,7 +239,7 @@ def generate(
             ("full", 1, full_tasks),
         )
         for task in grid_tasks
-        for name in diagnosers
+        for name in (diagnosers if every == DEFAULT_EVERY else sampled)
     ]
     trained = 0
     if engine is not None:  # train everything at once, then diagnose on every worker
@@ -248,7 +251,7 @@ def generate(
         reports += [score(name, task, "classic") for name in diagnosers]
         grids[task] = report.load_grid(task, seeds, store)
     full = [score(name, task, "full") for task in full_tasks for name in diagnosers]
-    every_step = [score(name, task, "full", 1) for task in full_tasks for name in diagnosers]
+    every_step = [score(name, task, "full", 1) for task in full_tasks for name in sampled]
     trained += sum(r.trained for r in [*reports, *full, *every_step])
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
@@ -299,7 +302,7 @@ def generate(
             if seeds_for(name, seeds) < seeds or healthy_for(name, healthy_seeds) != healthy_seeds
         },
         designs=pd.concat([r.design_frame() for r in full], ignore_index=True) if full else None,
-        bases=_bases_lines(full),
+        bases=[*_bases_lines(full), *_left_out_lines(diagnosers)],
         extra=realbug_columns(answers) if answers is not None else None,
         instruments={
             name: [r.name for r in instruments_of(get_diagnoser(name))] for name in diagnosers
@@ -339,6 +342,34 @@ def _bases_lines(full: Sequence[Report]) -> list[str]:
             f"(did not train healthy) and drawn again; bases a variant could not apply to "
             f"and passed over: {over}"
         )
+    return lines
+
+
+def in_report(names: Sequence[str]) -> list[str]:
+    """The diagnosers a report scores by default: all but those that declare
+    ``left_out_of_report`` (a reason: a tool too slow for the report's budget)."""
+    from faultbench.scoring.diagnosis import get_diagnoser
+
+    return [name for name in names if not _left_out(get_diagnoser(name))]
+
+
+def _left_out(diagnoser: object) -> str:
+    reason = getattr(diagnoser, "left_out_of_report", "")
+    return reason if isinstance(reason, str) else ""
+
+
+def _left_out_lines(scored: Sequence[str]) -> list[str]:
+    """One line per registered diagnoser this report did not score by default, with why."""
+    from faultbench.scoring.diagnosis import diagnoser_names, get_diagnoser
+
+    lines = []
+    for name in diagnoser_names():
+        try:
+            reason = "" if name in scored else _left_out(get_diagnoser(name))
+        except FaultbenchError:  # a tool whose extra is not installed: not ours to report
+            continue
+        if reason:
+            lines.append(f"not scored by `make report`: `{name}` ({reason}; `--diagnoser {name}`)")
     return lines
 
 
