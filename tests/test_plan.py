@@ -61,10 +61,13 @@ def test_every_variant_shows_on_most_calibration_bases_at_its_severe_level(name:
     task = get_task(name)
     levels = [lv for lv in load_levels() if lv.task == name]
     assert all(lv.code == measured_on(task, lv.variant) for lv in levels), "make calibrate"
-    shown = {lv.variant: lv.visible_share for lv in levels if lv.level in ("severe", FIXED)}
+    top = {lv.variant: lv for lv in levels if lv.level in ("severe", FIXED)}
     for ident in [*knob_variants(task), *fixed_variants(task)]:
-        assert ident in shown, f"{name} {ident}: no severity of it showed on most bases"
-        assert shown[ident] >= MOST, f"{name} {ident}: visible on {shown[ident]:.0%} of its bases"
+        assert ident in top, f"{name} {ident}: no severity of it showed on most bases"
+        if not top[ident].seeds:  # no design of the family's first draws takes it (dead ReLUs
+            continue  # in a normalized network): the grid passes every base over, saying why
+        seen = top[ident].visible_share
+        assert seen >= MOST, f"{name} {ident}: visible on {seen:.0%} of its bases"
 
 
 @pytest.mark.slow

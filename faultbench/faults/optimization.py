@@ -38,13 +38,43 @@ def _per_epoch(recipe: Recipe, severity: float | None) -> Recipe:
     return recipe.replace(clear=clear_at_epoch_start)
 
 
+ADAPTIVE = ("adam", "adamw", "rmsprop")  # optimizers that divide each step by the gradient's size
+
+
+def _growth_felt(recipe: Recipe) -> str:
+    """Where the summed gradients do not show, measured on the digits calibration bases
+    (1000-1009, each trained as drawn, unclipped and with a constant rate): clipping bounds
+    the summed gradient to a norm, so SGD trains as if with heavy momentum (base 1000
+    clipped at 5: validation accuracy 0.955, the same base unclipped 0.212, healthy 0.964);
+    an adaptive optimizer divides the sum by its own size and a decaying rate damps what
+    is left (Adam or AdamW with cosine or warm-up-decay, unclipped, 4 bases: validation
+    accuracy within 0.03 of healthy, 1 of 4 visible). A constant rate keeps the overshoot
+    (Adam unclipped at a constant rate: 2 of 5 visible), so those designs keep the fault."""
+    d = recipe.design
+    if d.clip:
+        return f"gradient clipping at norm {d.clip:g} bounds the gradients the loop sums"
+    if d.optimizer in ADAPTIVE and d.schedule != "constant":
+        return (
+            f"{d.optimizer} divides the summed gradient by its own size and the {d.schedule} "
+            "schedule damps what is left: the run trains as if healthy"
+        )
+    return ""
+
+
 MISSING_ZERO_GRAD: tuple[Variant, ...] = (
-    Variant("never", "`optimizer.zero_grad()` is missing from the training loop", "step", _never),
+    Variant(
+        "never",
+        "`optimizer.zero_grad()` is missing from the training loop",
+        "step",
+        _never,
+        why_not=_growth_felt,
+    ),
     Variant(
         "per_epoch",
         "`zero_grad()` sits in the epoch loop, not the batch loop: cleared once per epoch",
         "step",
         _per_epoch,
+        why_not=_growth_felt,
     ),
 )
 

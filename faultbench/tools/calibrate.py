@@ -6,9 +6,10 @@ The rule, applied to measured runs only (no diagnoser is asked anything):
    verified bases from the task's family (:mod:`faultbench.storage.bases`),
    whose healthy runs are the reference. For every known fault's variant with
    a knob, train its knob's sweep (:meth:`Severity.grid`, mildest first) on
-   the first :data:`SWEEP_BASES` of those bases the variant applies to: a
-   severity's effect is measured over several drawn designs, so "mild" means
-   one thing across the family.
+   the first :data:`SWEEP_BASES` of those bases the variant applies to (a
+   variant that applies to few designs looks further, among
+   :data:`SEARCH_SEEDS`): a severity's effect is measured over several drawn
+   designs, so "mild" means one thing across the family.
 2. A severity is *visible* when the manifestation check
    (:func:`faultbench.scoring.manifest.manifestation`) finds its run outside the
    healthy spread in most swept bases (:data:`VISIBLE_SHARE`: a design can mask a fault,
@@ -59,8 +60,10 @@ from faultbench.faults.family import working_rates
 from faultbench.faults.fault import Condition, condition, find, inapplicable, variant_ids
 from faultbench.faults.levels import FIXED, LEVELS, Level
 from faultbench.faults.recipe import base_setup
+from faultbench.faults.source import code_hash
 from faultbench.scoring import manifest
 from faultbench.scoring.manifest import EFFECT_CAP, effect, manifestation
+from faultbench.scoring.plan import HEALTHY_SEEDS
 from faultbench.storage.bases import Base, verified_bases
 from faultbench.storage.records import RunRecord, RunSpec, code_version
 from faultbench.storage.runner import ensure_records
@@ -71,6 +74,11 @@ from faultbench.training.trace import RunConfig, Trace
 
 SEEDS = tuple(range(1000, 1010))  # calibration seeds: disjoint from every scored grid's 0..n-1
 SWEEP_BASES = 3  # the drawn bases each variant's sweep runs on
+# Where a variant that applies to few designs (dead ReLUs: a ReLU network without a
+# normalization) looks for its sweep bases: as many draws as the grid's healthy seeds,
+# so a variant the grid can place is swept too; verified a batch at a time, when needed.
+SEARCH_SEEDS = tuple(range(1000, 1000 + HEALTHY_SEEDS))
+SEARCH_BATCH = 10
 VISIBLE_SHARE = 2 / 3  # a severity counts as visible when most swept bases show it
 EFFECT_DIGITS = 2  # significant digits effects are compared at
 STEP = 1.2  # each level moves the signal at least 1.2x as far as the level below it
@@ -139,12 +147,12 @@ def calibrate(
     idents = list(variants) if variants is not None else knob_variants(task)
     idents += fixed_variants(task) if variants is None else []
     bases = verified_bases(task, SEEDS, store=store, engine=engine, progress=progress)
+    on = _sweep_bases(task, idents, bases, store=store, engine=engine, progress=progress)
     sweeps: dict[str, list[tuple[Condition, list[Base]]]] = {}
     for ident in idents:
         knob = find(ident)[1].severity
         conds = [condition((ident, value)) for value in knob.grid()] if knob else [condition(ident)]
-        on = [b for b in bases.values() if not conds[0].why_not(base_setup(task, b.seed, b.design))]
-        sweeps[ident] = [(cond, on[:SWEEP_BASES]) for cond in conds]
+        sweeps[ident] = [(cond, on[ident]) for cond in conds]
     specs = [_spec(task, Condition(), base) for base in bases.values()]
     specs += [_spec(task, cond, b) for points in sweeps.values() for cond, on in points for b in on]
     records = {
@@ -187,11 +195,45 @@ def calibrate(
     return levels, sweep
 
 
+def _sweep_bases(
+    task: Task,
+    idents: Sequence[str],
+    bases: dict[int, Base],
+    *,
+    store: Store,
+    engine: Engine | None,
+    progress: bool | None,
+) -> dict[str, list[Base]]:
+    """Each variant's first :data:`SWEEP_BASES` bases it applies to, among the calibration
+    bases, then among :data:`SEARCH_SEEDS` (verified only as far as a variant needs them);
+    fewer where the search finds fewer (none: the variant shows on no base)."""
+    pool = dict(bases)
+
+    def applicable(ident: str) -> list[Base]:
+        variant = condition(ident)  # applicability is the same at every severity
+        found = [
+            b for b in pool.values() if not variant.why_not(base_setup(task, b.seed, b.design))
+        ]
+        return found[:SWEEP_BASES]
+
+    searched = len(SEEDS)
+    while searched < len(SEARCH_SEEDS) and any(
+        len(applicable(ident)) < SWEEP_BASES for ident in idents
+    ):
+        more = SEARCH_SEEDS[searched : searched + SEARCH_BATCH]
+        pool |= verified_bases(task, more, store=store, engine=engine, progress=progress)
+        searched += len(more)
+    return {ident: applicable(ident) for ident in idents}
+
+
 def measured_on(task: Task, ident: str) -> str:
     """A hash of everything a level of ``ident`` on ``task`` depends on: the task's data,
-    the training code, the variant's code, the family's working rates, the rule itself."""
+    the training code, the variant's code and where it applies (which bases it is swept
+    on), the family's working rates, the rule itself."""
     rates = sorted((name, lr) for name, lr in working_rates(task).items())
-    parts = [task.fingerprint, code_version(), find(ident)[0].source_hash, repr(rates)]
+    fault, variant = find(ident)
+    parts = [task.fingerprint, code_version(), fault.source_hash, code_hash([variant.why_not])]
+    parts += [repr(rates)]
     parts += [code_text(inspect.getsource(module)) for module in (sys.modules[__name__], manifest)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
