@@ -1,11 +1,12 @@
 """The full grid's plan on drawn bases: healthy on every base, each fault on the first bases
-it applies to (the others passed over with the reason), and every variant visible on most
-drawn bases at its severe level, on every shipped task.
+it applies to (the others passed over with the reason), and every variant it scores visible
+on most drawn bases at its severe level, on every shipped task.
 
 Visibility on every task is read from the calibration (``faultbench calibrate`` trains each
-variant's severities, and each fixed variant, on three drawn bases of seeds no grid scores,
-and the levels file records the share of them it showed on, with the code it was measured
-on); on digits it is also trained here, on the grid's own bases."""
+variant's severities, and each fixed variant, on up to three drawn bases of seeds no grid
+scores, and the levels file records the share of them it showed on, with the code it was
+measured on; a variant the task's designs mask is recorded ``hidden`` and left out of the
+grid); on digits it is also trained here, on the grid's own bases."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import numpy as np
 import pytest
 
 from faultbench.faults.fault import FAULTS, HEALTHY
-from faultbench.faults.levels import FIXED, load_levels
+from faultbench.faults.grid import grid_points
+from faultbench.faults.levels import FIXED, HIDDEN, hidden_on, load_levels
 from faultbench.faults.recipe import base_setup
 from faultbench.scoring.manifest import manifestation
 from faultbench.scoring.plan import Plan, plan
@@ -57,17 +59,27 @@ def digits_severe(shared_store_root: Path, pool: LocalEngine) -> tuple[Plan, dic
 
 
 @pytest.mark.parametrize("name", task_names())
-def test_every_variant_shows_on_most_calibration_bases_at_its_severe_level(name: str) -> None:
+def test_every_variant_of_the_full_grid_shows_on_most_calibration_bases(name: str) -> None:
+    # Each known variant that applies to the task has, measured on this code, either its
+    # severe (or fixed) row visible on most of the bases it was swept on, or one hidden
+    # row; the full grid scores the first and leaves out exactly the second.
     task = get_task(name)
     levels = [lv for lv in load_levels() if lv.task == name]
     assert all(lv.code == measured_on(task, lv.variant) for lv in levels), "make calibrate"
     top = {lv.variant: lv for lv in levels if lv.level in ("severe", FIXED)}
+    hidden = {lv.variant: lv for lv in levels if lv.level == HIDDEN}
     for ident in [*knob_variants(task), *fixed_variants(task)]:
-        assert ident in top, f"{name} {ident}: no severity of it showed on most bases"
-        if not top[ident].seeds:  # no design of the family's first draws takes it (dead ReLUs
-            continue  # in a normalized network): the grid passes every base over, saying why
-        seen = top[ident].visible_share
-        assert seen >= MOST, f"{name} {ident}: visible on {seen:.0%} of its bases"
+        assert (ident in top) != (ident in hidden), f"{name} {ident}: one verdict, measured"
+        if ident in top:
+            seen = top[ident].visible_share
+            assert seen >= MOST, f"{name} {ident}: visible on {seen:.0%} of its bases"
+            assert 1 <= len(top[ident].seeds.split()) <= BASES, top[ident]
+        else:
+            assert hidden[ident].visible_share < MOST, hidden[ident]
+    in_grid = {p.variant for p in grid_points(task, "full") if p.variant}
+    known = set(knob_variants(task)) | set(fixed_variants(task))
+    assert known & in_grid == known - set(hidden), name
+    assert set(hidden_on(name)) == set(hidden)
 
 
 @pytest.mark.slow
@@ -88,7 +100,8 @@ def test_every_digits_variant_manifests_on_most_grid_bases_at_its_severe_level(
         record = records[spec]
         visible = not record.ok or bool(manifestation(record.trace, record.config, healthy).visible)
         shown.setdefault(point.variant, []).append(visible)
-    assert set(shown) == set(knob_variants(kept.task)) | set(fixed_variants(kept.task))
+    known = set(knob_variants(kept.task)) | set(fixed_variants(kept.task))
+    assert set(shown) == known - set(hidden_on("digits"))
     for variant, seen in shown.items():
         assert np.mean(seen) >= MOST, f"digits {variant}: visible on {seen}"
     for passed in kept.passed_over.values():  # nothing skipped silently: each with its reason

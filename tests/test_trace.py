@@ -48,7 +48,7 @@ def test_an_every_step_trace_read_at_20_is_what_monitor_every_20_records(
     task: str, fault: str
 ) -> None:
     the_task = get_task(task)
-    recipe = base_setup(the_task, 1, draw_design(the_task, 1))
+    recipe = base_setup(the_task, 0, draw_design(the_task, 0))  # a base every fault takes
     if fault:
         recipe = condition(fault).apply(recipe)
     every_step, recorded = train(recipe, every=1).trace, train(recipe, every=DEFAULT_EVERY).trace

@@ -2,7 +2,9 @@
 
 - ``full`` (the default): healthy; every known fault's every variant at each of
   its calibrated levels (:mod:`faultbench.faults.levels`), or at its one form
-  when it has no knob; and every held-out fault at its canonical severity.
+  when it has no knob; and every held-out fault at its canonical severity. A
+  variant the calibration found on fewer than most of the task's drawn bases
+  (level ``hidden``: the task's designs mask it) is left out, and the report says so.
 - ``classic``: healthy and the nine faults in their original form at their
   canonical severities: the reference comparison of earlier reports.
 
@@ -26,7 +28,7 @@ from faultbench.faults.fault import (
     inapplicable,
     variant_ids,
 )
-from faultbench.faults.levels import CANONICAL, FIXED, LEVELS, levels_for
+from faultbench.faults.levels import CANONICAL, FIXED, LEVELS, hidden_on, levels_for
 from faultbench.tasks.task import Task
 
 GRIDS = ("full", "classic")
@@ -101,8 +103,9 @@ def grid_points(
 
 def _full_points(task: Task) -> list[GridPoint]:
     out = []
+    hidden = hidden_on(task.name)  # masked by the task's designs (measured): not a fault there
     for ident in variant_ids():
-        if inapplicable(ident, task):
+        if inapplicable(ident, task) or ident in hidden:
             continue
         fault, variant = find(ident)
         calibrated = levels_for(task.name, ident) if fault.name in FAULTS.names() else {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -22,6 +23,9 @@ from faultbench.tasks.task import Task
 LEVELS = ("mild", "moderate", "severe")  # mildest first
 CANONICAL = "canonical"  # the level of a fault at its canonical severity (classic grid)
 FIXED = "fixed"  # the level of a variant without a knob: the bug has no degree
+# The row of a variant the calibration found on fewer than most of its bases, at its
+# strongest (or on none): the task's drawn designs mask it, and the full grid leaves it out.
+HIDDEN = "hidden"
 LEVELS_FILE = Path(__file__).resolve().with_name("levels.csv")  # resolve: the source, not a link
 FIELDS = ("task", "variant", "level", "severity", "effect", "visible_share", "seeds", "code")
 
@@ -32,8 +36,8 @@ class Level:
 
     task: str  # the task it was calibrated on
     variant: str  # ``fault`` or ``fault.variant``
-    level: str  # one of LEVELS
-    severity: float  # the knob's value
+    level: str  # one of LEVELS, FIXED or HIDDEN
+    severity: float  # the knob's value (NaN without a knob)
     effect: float  # median over the calibration seeds of the largest |z| of any signal
     visible_share: float  # share of calibration seeds whose run differed from healthy
     seeds: str  # the calibration seeds of the swept bases, space separated
@@ -115,3 +119,20 @@ def levels_for(task: str, variant: str, path: Path = LEVELS_FILE) -> dict[str, f
 def calibrated(task: Task, path: Path = LEVELS_FILE) -> bool:
     """Whether ``path`` holds levels measured on ``task``."""
     return any(lv.task == task.name for lv in load_levels(path))
+
+
+def hidden_on(task: str, path: Path = LEVELS_FILE) -> dict[str, str]:
+    """Variant -> why the full grid leaves it out of ``task``: the calibration found it on
+    fewer than most of the drawn bases it was swept on, even at its strongest."""
+    out = {}
+    for lv in load_levels(path):
+        if lv.task != task or lv.level != HIDDEN:
+            continue
+        swept = len(lv.seeds.split())
+        strongest = "" if math.isnan(lv.severity) else f" at severity {lv.severity:g}"
+        out[lv.variant] = (
+            f"visible on {round(lv.visible_share * swept)} of {swept} calibration bases{strongest}"
+            if swept
+            else "applies to none of the calibration draws"
+        )
+    return out

@@ -26,16 +26,20 @@ The rule, applied to measured runs only (no diagnoser is asked anything):
    to level with a margin). Without such a severity there is no moderate; when
    severe is not :data:`STEP` times mild (the mildest visible one already
    saturates), there is only severe. A knob with no visible severity on a task
-   gets no level there (the full grid then runs it at its canonical severity,
-   marked ``canonical``).
+   gets the ``hidden`` row below.
 
 Because effect is measured in units of the task's own healthy spread, "mild"
 means the same distance from healthy on digits as on the CNN task.
 
 A variant without a knob (the bug has no degree) is measured the same way on
 its first :data:`SWEEP_BASES` bases and written as level ``fixed`` (severity
-NaN, never read by the grid): whether it shows on most drawn bases is then
-versioned data, which a test reads for every variant of every task.
+NaN) when it shows on most of them. A variant that shows on fewer than most of
+its bases even at its strongest, or applies to none, gets one row of level
+``hidden`` instead (its strongest point): the task's designs mask it (a
+normalization, clipping, an adaptive optimizer), and the full grid leaves it
+out of that task, saying so, rather than score diagnosers on runs that look
+healthy. Which variants show on which task is then versioned data, which a
+test reads for every variant of every task.
 
 Each level records the code it was measured on (:func:`measured_on`): the
 task's data, the training code, the variant's own code, the family's rates
@@ -58,7 +62,7 @@ import numpy as np
 from faultbench.core.codetext import code_text
 from faultbench.faults.family import working_rates
 from faultbench.faults.fault import Condition, condition, find, inapplicable, variant_ids
-from faultbench.faults.levels import FIXED, LEVELS, Level
+from faultbench.faults.levels import FIXED, HIDDEN, LEVELS, Level
 from faultbench.faults.recipe import base_setup
 from faultbench.faults.source import code_hash
 from faultbench.scoring import manifest
@@ -169,8 +173,8 @@ def calibrate(
         sweep += measured
         seeds = " ".join(str(b.seed) for b in points[0][1]) if points else ""
         code = measured_on(task, ident)
-        fixed = find(ident)[1].severity is None
-        for name, point in (({FIXED: measured[0]}) if fixed else choose_levels(measured)).items():
+        chosen = _levels_of(measured, fixed=find(ident)[1].severity is None)
+        for name, point in chosen.items():
             levels.append(
                 Level(
                     task.name,
@@ -184,15 +188,25 @@ def calibrate(
                 )
             )
         if emit:
-            chosen = ", ".join(
-                f"{lv.level} {lv.severity:g}"
-                if lv.level != FIXED
-                else f"fixed, visible on {lv.visible_share:.0%} of its bases"
-                for lv in levels
-                if lv.variant == ident
+            n = len(points[0][1])
+            said = ", ".join(
+                f"{name} {point.severity:g}"
+                if name in LEVELS
+                else f"{name}, visible on {point.visible_share:.0%} of its {n} bases"
+                for name, point in chosen.items()
             )
-            emit(f"{task.name} {ident}: {chosen or 'no visible severity'}")
+            emit(f"{task.name} {ident}: {said}")
     return levels, sweep
+
+
+def _levels_of(measured: Sequence[SweepPoint], *, fixed: bool) -> dict[str, SweepPoint]:
+    """A variant's rows: its levels, or its one form (``fixed``), each visible on most of
+    its bases; else one ``hidden`` row, its strongest point, which the full grid leaves out."""
+    if fixed and measured[0].visible_share >= VISIBLE_SHARE:
+        return {FIXED: measured[0]}
+    if not fixed and (chosen := choose_levels(measured)):
+        return chosen
+    return {HIDDEN: max(measured, key=lambda p: (p.visible_share, p.effect))}
 
 
 def _sweep_bases(

@@ -68,9 +68,10 @@ def _buildable_tasks() -> list[Task]:
 
 
 def _fault(fault: Fault, tasks: list[Task]) -> None:
-    """A fault's line, then per variant: what the bug is, where it lives, its knob, and
-    the tasks it cannot apply to, with the reason."""
+    """A fault's line, then per variant: what the bug is, where it lives, its knob, the
+    tasks it cannot apply to and those whose designs mask it, with the reason."""
     from faultbench.faults.fault import inapplicable
+    from faultbench.faults.levels import hidden_on
 
     print(f"  {fault.name:<22} {fault.summary}")
     for variant in fault.variants:
@@ -84,9 +85,11 @@ def _fault(fault: Fault, tasks: list[Task]) -> None:
         print(f"    .{variant.name:<19} {variant.summary}")
         print(f"    {'':<20} {where}; {knob}")
         for task in tasks:
-            why = inapplicable(fault.variant_id(variant), task)
-            if why:
+            ident = fault.variant_id(variant)
+            if why := inapplicable(ident, task):
                 print(f"    {'':<20} not on {task.name}: {why}")
+            elif why := hidden_on(task.name).get(ident, ""):
+                print(f"    {'':<20} not in {task.name}'s full grid, masked by its designs: {why}")
 
 
 def _tasks() -> None:

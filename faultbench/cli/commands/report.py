@@ -326,7 +326,9 @@ def generate(
 def _bases_lines(full: Sequence[Report]) -> list[str]:
     """Per task: the drawn bases, how many draws were rejected, which variants passed
     bases over (one line each, from the first report of each task: every diagnoser of a
-    task is scored on the same plan)."""
+    task is scored on the same plan), and which variants its designs mask."""
+    from faultbench.faults.levels import hidden_on
+
     lines, seen = [], set()
     for r in full:
         if r.task in seen:
@@ -342,6 +344,12 @@ def _bases_lines(full: Sequence[Report]) -> list[str]:
             f"(did not train healthy) and drawn again; bases a variant could not apply to "
             f"and passed over: {over}"
         )
+        if hidden := hidden_on(r.task):
+            masked = "; ".join(f"{v} ({why})" for v, why in sorted(hidden.items()))
+            lines.append(
+                f"{r.task}: variants left out of the full grid, masked by the task's drawn "
+                f"designs as calibrated (`faultbench calibrate`): {masked}"
+            )
     return lines
 
 
