@@ -816,11 +816,31 @@ def test_thedeepchecker_post_check_sees_unlearnable_labels() -> None:
     assert keys == ["corrupted_data"]
 
 
-def test_thedeepchecker_answers_its_first_warning_and_counts_its_probe() -> None:
-    probe = tiny_probe(scale=5.0)
+#: Hand-made programmes whose first warning comes from the static pre-checks (the first
+#: three), the single-batch fit and the overfit phase.
+FIRST_WARNINGS = {
+    "unnormalized": lambda: tiny_probe(scale=5.0),
+    "constant": lambda: tiny_probe(scale=0.0),
+    "need_he": lambda: tiny_probe(tiny_model(he=False)),
+    "single_batch": lambda: tiny_probe(),
+    "overfit": lambda: tiny_probe(tiny_model(softmax=True)),
+}
+
+
+@pytest.mark.parametrize("case", FIRST_WARNINGS)
+def test_thedeepchecker_answers_the_first_warning_of_its_whole_log(case: str) -> None:
+    full_probe, probe = FIRST_WARNINGS[case](), FIRST_WARNINGS[case]()
+    log = tdc.logged(run(probe=full_probe), full_probe)  # every phase, fail_on: false
     answer = get_diagnoser("thedeepchecker").diagnose(run(probe=probe))
-    assert answer.evidence["fired"][0] == "features_unnormalized" and answer.label == "huge_inputs"
-    assert probe.steps_used > dc.SINGLE_BATCH_ITERS + dc.OVERFIT_ITERS
+    assert log, "each case logs at least one warning"
+    assert answer.label == tdc.SYMPTOMS[log[0].key]
+    assert answer.evidence["fired"] == [log[0].key] and answer.evidence["phase"] == log[0].phase
+    # It stops there: the probe's counted steps are those up to the first warning only.
+    assert 0 < probe.steps_used < full_probe.steps_used
+    if case in ("unnormalized", "constant", "need_he"):  # before any training step
+        assert probe.steps_used < dc.SINGLE_BATCH_ITERS
+    else:
+        assert probe.steps_used >= dc.SINGLE_BATCH_ITERS
 
 
 def test_thedeepchecker_abstains_without_a_probe() -> None:
