@@ -19,7 +19,9 @@ from faultbench.tools.realbugs import (
     FAILED,
     check_not_tuned_on_suite,
     evaluate_realbugs,
+    evaluate_suite,
 )
+from faultbench.training.engine import LocalEngine
 
 ZERO_GRAD = "aihwkit_simple_layer_zero_grad"  # missing_zero_grad, a regression (no accuracy)
 XOR = "forum_xor_without_activation"  # other_fault, with validation accuracy
@@ -128,6 +130,27 @@ def test_a_warm_evaluation_trains_and_diagnoses_nothing(
     warm = evaluate_realbugs("always-healthy", case_names=CHEAP, store=store, progress=False)
     assert warm.trained == 0
     assert warm.answers_frame().equals(cold.answers_frame())
+
+
+def test_the_suite_diagnosed_ahead_on_workers_gives_the_answers_of_one_process(
+    tmp_path: Path, pool: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = ["rules", "thedeepchecker", "always-healthy"]
+    here = evaluate_suite(names, case_names=CHEAP, store=tmp_path / "here", progress=False)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the workers left an answer for this process to diagnose")
+
+    monkeypatch.setattr(realbugs, "diagnose_safely", refuse)  # every answer from a worker
+    ahead = evaluate_suite(
+        names, case_names=CHEAP, store=tmp_path / "ahead", engine=pool, progress=False
+    )
+    assert [r.diagnoser for r in ahead] == names
+    for mine, theirs in zip(here, ahead, strict=True):
+        assert len(theirs.results) == 2 * len(CHEAP)
+        assert [(r.case, r.form, r.predicted, r.status) for r in theirs.results] == [
+            (r.case, r.form, r.predicted, r.status) for r in mine.results
+        ]
 
 
 def test_the_headline_is_the_doctors_on_the_same_run(store: CaseStore) -> None:

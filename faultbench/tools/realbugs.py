@@ -25,6 +25,7 @@ import hashlib
 import inspect
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from faultbench.core.errors import FaultbenchError
@@ -181,6 +182,7 @@ def as_case_store(store: Store | str | None) -> CaseStore:
 def evaluate_suite(
     diagnosers: Sequence[str],
     *,
+    case_names: Sequence[str] | None = None,
     store: Store | str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     isolate: bool | None = None,
@@ -190,12 +192,17 @@ def evaluate_suite(
     """:func:`evaluate_realbugs` for each of ``diagnosers`` on every case, one store shared.
 
     What ``faultbench report`` scores for the leaderboard's real-bug columns and
-    ``validity.md``; a warm store trains and diagnoses nothing.
+    ``validity.md``; a warm store trains and diagnoses nothing. With an ``engine``, its
+    workers diagnose (and store) the shipped diagnosers' answers first, one diagnoser
+    per worker at a time, and the reports read them back: the same answers, on every core.
     """
     the_store = as_case_store(store)
+    if engine is not None and len(diagnosers) > 1:
+        _diagnose_ahead(diagnosers, case_names, the_store, engine, timeout=timeout, isolate=isolate)
     return [
         evaluate_realbugs(
             name,
+            case_names=case_names,
             store=the_store,
             timeout=timeout,
             isolate=isolate,
@@ -204,6 +211,58 @@ def evaluate_suite(
         )
         for name in diagnosers
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class _SuiteJob:
+    """One diagnoser's pass over the suite, as a worker gets it (the store by its folder)."""
+
+    diagnoser: str
+    case_names: tuple[str, ...] | None
+    root: Path
+    timeout: float
+    isolate: bool | None
+
+
+def _diagnose_ahead(
+    diagnosers: Sequence[str],
+    case_names: Sequence[str] | None,
+    store: CaseStore,
+    engine: Engine,
+    *,
+    timeout: float,
+    isolate: bool | None,
+) -> None:
+    """Store every answer a worker can (shipped diagnosers asked for by name), the cases
+    trained here first (so no two workers train one), the slow ones (``subset_seeds``) first.
+    A failure is left for the report to meet again, in this process."""
+    names = [
+        name
+        for name in dict.fromkeys(diagnosers)
+        if ":" not in name and ships_with_faultbench(get_diagnoser(name))
+    ]
+    if len(names) < 2:
+        return
+    store.check()
+    for _ in ensure(select(case_names), store):
+        pass
+    names.sort(key=lambda name: getattr(get_diagnoser(name), "subset_seeds", None) is None)
+    chosen = tuple(case_names) if case_names is not None else None
+    jobs = [_SuiteJob(name, chosen, store.root, timeout, isolate) for name in names]
+    for _ in engine.map_unordered(_diagnose_suite, jobs):
+        pass
+
+
+def _diagnose_suite(job: _SuiteJob) -> int:
+    report = evaluate_realbugs(
+        job.diagnoser,
+        case_names=job.case_names,
+        store=str(job.root),
+        timeout=job.timeout,
+        isolate=job.isolate,
+        progress=False,
+    )
+    return len(report.results)
 
 
 def _stored_answers(
