@@ -10,7 +10,7 @@ import pytest
 import faultbench as fb
 from conftest import CLASSIFIER_FAULTS, SIGNAL_SEEDS
 from faultbench.cli.main import main
-from faultbench.faults.fault import FAULTS, condition
+from faultbench.faults.fault import FAULTS, condition, moot
 from faultbench.reporting.calibration import calibration_table, coverage_curve
 from faultbench.reporting.pairs import INCOMPATIBLE, pair_conditions, score_pairs
 from faultbench.reporting.sweep import sweep
@@ -86,6 +86,15 @@ def test_pair_grid_leaves_out_only_declared_incompatibilities() -> None:
     assert len(pairs) == n * (n - 1) // 2 - len(INCOMPATIBLE)
     assert all(len(p.faults) == 2 for p in pairs)
     assert not any(frozenset(p.labels) in INCOMPATIBLE for p in pairs)
+
+
+@pytest.mark.parametrize("task", ["digits", "numbers"])
+def test_a_tasks_pair_grid_holds_the_faults_that_can_apply_to_it(task: str) -> None:
+    left_out = moot(get_task(task))
+    faults = {label for p in pair_conditions(task=get_task(task)) for label in p.labels}
+    assert faults == set(FAULTS.names()) - set(left_out)
+    # A causal mask exists in the transformer only: left out of digits' pairs, in numbers'.
+    assert ("causal_mask_missing" in faults) == (task == "numbers")
 
 
 def test_rules_scored_on_pairs(tmp_path: Path) -> None:

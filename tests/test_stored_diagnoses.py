@@ -140,7 +140,7 @@ def test_sweep_and_pairs_read_back_the_answers_of_a_diagnoser_named(
     from faultbench.faults.fault import condition
 
     one_pair = [condition("lr_too_high", "dead_units")]  # of the 30-odd: one is enough here
-    monkeypatch.setattr(faultbench.reporting.pairs, "pair_conditions", lambda: one_pair)
+    monkeypatch.setattr(faultbench.reporting.pairs, "pair_conditions", lambda **_: one_pair)
     command = [*argv, "--diagnoser", "rules", "--task", "digits", "--store", str(tmp_path)]
     command += ["--out", str(tmp_path / "out")]
     assert main(command) == 0

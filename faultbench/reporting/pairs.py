@@ -16,8 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from faultbench.faults.fault import FAULTS, HEALTHY, Condition, condition
+from faultbench.faults.fault import FAULTS, HEALTHY, Condition, condition, moot
 from faultbench.scoring.evaluate import Report, RunResult
+from faultbench.tasks.task import Task
 
 #: Pairs left out, with why: the second fault hides the first by construction.
 INCOMPATIBLE: dict[frozenset[str], str] = {
@@ -26,9 +27,16 @@ INCOMPATIBLE: dict[frozenset[str], str] = {
 }
 
 
-def pair_conditions(faults: Iterable[str] | None = None) -> list[Condition]:
-    """Every compatible pair of faults, each at its canonical severity."""
+def pair_conditions(
+    faults: Iterable[str] | None = None, task: Task | None = None
+) -> list[Condition]:
+    """Every compatible pair of faults, each at its canonical severity; with ``task``, of
+    the faults that can apply to it (a pair with a fault the task cannot have, a causal
+    mask on a model with no attention, would score a run against a fault it does not hold)."""
     names = list(faults) if faults is not None else FAULTS.names()
+    if task is not None:
+        left_out = moot(task)
+        names = [name for name in names if name not in left_out]
     return [
         condition(a, b)
         for a, b in itertools.combinations(names, 2)
@@ -125,8 +133,16 @@ def save_pairs(report: Report, score: PairScore, out: Path) -> list[Path]:
         f"# {report.diagnoser} on pairs of faults, {report.task} ({kind})\n\n"
         f"{score.runs} runs; exact-set accuracy {score.exact:.3f}; hit rate (named one or both "
         f"faults and nothing else) {score.hit:.3f}; mean Jaccard {score.jaccard:.3f}.\n\n"
+        f"{_left_out(report)}"
         f"## Recall per fault\n\n{markdown_table(recall)}\n\n"
         f"## Per pair\n\n{markdown_table(shown)}\n"
     )
     stem.with_suffix(".md").write_text(text)
     return [stem.with_suffix(".csv"), stem.with_suffix(".md")]
+
+
+def _left_out(report: Report) -> str:
+    if not report.not_applicable:
+        return ""
+    names = ", ".join(f"{name} ({why})" for name, why in report.not_applicable)
+    return f"Faults that cannot apply to {report.task}, in no pair: {names}.\n\n"

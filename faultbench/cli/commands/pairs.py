@@ -46,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
             args.diagnoser,  # by name: a shipped diagnoser's answers are stored and read back
             task,
             seeds=args.seeds,
-            conditions=pair_conditions(),
+            conditions=pair_conditions(task=task),
             store=store,
             engine=engine,
             timeout=args.timeout,
