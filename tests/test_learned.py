@@ -37,6 +37,15 @@ def test_features_are_finite_and_complete(digits_grid, name: str) -> None:
     assert np.all(np.isfinite(x))
 
 
+@pytest.mark.parametrize("name", DIGITS_CONDITIONS)
+def test_waiting_is_a_mark_not_the_wall_clock_share(digits_grid, name: str) -> None:
+    """A run's wait share moves between two trainings of it; the feature does not."""
+    for seed in range(3):
+        run = run_for(digits_grid[(name, seed)], get_task("digits"))
+        mark = features(run)[FEATURES.index("starving")]
+        assert mark == (1.0 if name == "starved_loader" else 0.0), run.trace.wait_share
+
+
 def test_features_of_a_diverged_run_are_finite() -> None:
     x = features(make_run("healthy", diverged=True))
     assert np.all(np.isfinite(x))
