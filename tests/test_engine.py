@@ -126,18 +126,3 @@ def test_a_dying_task_does_not_take_its_neighbours_down() -> None:
     assert {k: v for k, v in results.items() if k != "die"} == {1: 2, 2: 4, 3: 6}
     assert isinstance(results["die"], WorkerDied)
     assert "worker died 3 times" in str(results["die"])
-
-
-def _scheduling(_: int) -> int:
-    return os.sched_getscheduler(0)
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's idle scheduling class")
-def test_an_idle_pool_runs_its_workers_at_idle_priority_and_a_plain_one_does_not() -> None:
-    for idle, policy in ((True, os.SCHED_IDLE), (False, os.SCHED_OTHER)):
-        engine = LocalEngine(1, idle=idle)
-        try:
-            ((_, got),) = list(engine.map_unordered(_scheduling, [0]))
-        finally:
-            engine.close()
-        assert got == policy

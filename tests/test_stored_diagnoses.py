@@ -15,7 +15,6 @@ from faultbench.scoring.diagnosis import get_diagnoser
 from faultbench.scoring.evaluate import Report, evaluate
 from faultbench.scoring.harness import Outcome
 from faultbench.storage.store import Store
-from faultbench.training.monitor import DEFAULT_EVERY
 
 GRID = {"seeds": 1, "grid": "classic", "faults": ["lr_too_high", "dead_units"], "progress": False}
 
@@ -171,37 +170,22 @@ def test_learned_is_not_fitted_when_every_answer_is_stored(
 UNTRAINED = ("healthy", "dead_units")  # the runs the report trains itself; the rest are copied
 
 
-@pytest.mark.parametrize("overlapped", [False, True])
 def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
-    digits_grid, tmp_path: Path, pool, monkeypatch: pytest.MonkeyPatch, overlapped: bool
+    digits_grid, tmp_path: Path, pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from faultbench.reporting.ahead import (
-        Evaluation,
-        _specs,
-        diagnose_ahead,
-        train_all,
-        train_and_diagnose,
-    )
+    from faultbench.reporting.ahead import Evaluation, diagnose_ahead, train_all
 
     evaluations = [Evaluation("rules", "digits", "classic", 1)]
     store = Store(tmp_path)
     for (name, seed), record in digits_grid.items():  # the runs, not their answers
         if seed == 0 and name not in UNTRAINED:
             store.save(record)
-    if overlapped:  # each task diagnosed by an idle-priority pool once its runs are stored
-        evaluations.append(Evaluation("always-healthy", "synthetic", "classic", 1))
-        trained = train_and_diagnose(evaluations, store, pool, timeout=60, isolate=None)
-        trained -= len(_specs(evaluations[1], store))  # synthetic's, all trained here
-    else:
-        trained = train_all(evaluations, store, pool)
-        diagnose_ahead(evaluations, store, pool, timeout=60, isolate=None)
+    trained = train_all(evaluations, store, pool)
+    diagnose_ahead(evaluations, store, pool, timeout=60, isolate=None)
     monkeypatch.setattr(RulesDiagnoser, "diagnose", _refuse)  # nothing may be asked here
     report = evaluate("rules", "digits", seeds=1, grid="classic", store=tmp_path, progress=False)
     assert report.trained == 0 and trained == len(UNTRAINED) and len(report.results) == 10
     assert {r.status for r in report.results} == {"ok"}
-    if overlapped:
-        stored = DiagnosisCache(store, "always-healthy", cache.diagnosis_code(), DEFAULT_EVERY)
-        assert stored.answers_all(_specs(evaluations[1], store))
 
     class Recording:  # an engine that keeps what it is handed
         name = "recording"

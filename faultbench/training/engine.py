@@ -55,15 +55,10 @@ def _as_done(futures: Iterable[Future[R]]) -> Iterator[Future[R]]:
         yield from done
 
 
-def _init_worker(idle: bool = False) -> None:
+def _init_worker() -> None:
     # The pinned CPU kernels, set before this process imports torch (a pool's worker is
     # a fresh process; its parent may be a notebook that was never pinned).
     kernels.pin()
-    if idle:  # Linux's idle class, else the lowest nice: the CPU no other process wants
-        if hasattr(os, "SCHED_IDLE"):
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        else:
-            os.nice(19)
     # One torch thread per process: N processes on N cores beat N*N threads.
     import torch
 
@@ -95,15 +90,12 @@ class LocalEngine:
     The pool starts on the first :meth:`map_unordered` that has work (so a run
     whose records are all stored never starts one) and is reused by later
     calls until :meth:`close`: a worker pays for importing torch only once.
-    An ``idle`` pool's workers run at idle priority: they get only the CPU time that
-    the processes at normal priority leave unused (a second pool's sleeps, say).
     """
 
     name = "local"
 
-    def __init__(self, workers: int | None = None, *, idle: bool = False) -> None:
+    def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or max(1, len(os.sched_getaffinity(0)))
-        self.idle = idle
         self._executor: ProcessPoolExecutor | None = None
 
     def _pool(self) -> ProcessPoolExecutor:
@@ -112,7 +104,6 @@ class LocalEngine:
                 self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(self.idle,),
             )
         return self._executor
 

@@ -264,10 +264,9 @@ def generate(
         for name in (diagnosers if every == DEFAULT_EVERY else sampled)
     ]
     trained = 0
-    if engine is not None:  # train everything at once, diagnosing on every worker
-        trained = ahead.train_and_diagnose(
-            evaluations, store, engine, timeout=timeout, isolate=isolate
-        )
+    if engine is not None:  # train everything at once, then diagnose on every worker
+        trained = ahead.train_all(evaluations, store, engine)
+        ahead.diagnose_ahead(evaluations, store, engine, timeout=timeout, isolate=isolate)
     reports: list[Report] = []
     grids: dict[str, report.Grid] = {}
     for task in tasks:
