@@ -72,5 +72,8 @@ def test_fit_is_deterministic(digits_grid) -> None:
 @parametrize_checks(LearnedDiagnoser(seeds=(100,), engine=SerialEngine()))
 def test_learned_passes_the_checks(diagnoser, check) -> None:
     # One training seed keeps the first-use training to ten short-lived runs, in this
-    # process: a pool's start costs more than they do.
+    # process: a pool's start costs more than they do. It trains before the checks, as
+    # evaluate() has it do, outside the per-diagnosis time limit (with the 30 healthy
+    # drawn bases it learns from, 45 s alone, past the limit on a loaded machine).
+    diagnoser.prepare()
     check(diagnoser)
