@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -462,7 +462,7 @@ def knows_optimizer(run: Run) -> bool:
     return make_optimizer(run, [nn.Parameter(torch.zeros(1))]) is not None
 
 
-def warnings_of(run: Run, probe: Probe) -> Iterator[Logged]:
+def warnings_of(run: Run, probe: Probe) -> Generator[Logged, None, None]:
     """The warnings of the three phases, in the order TheDeepChecker logs them, each
     phase run only as far as the warnings are asked for (the checks are generators)."""
     p = _Programme(run, probe)
