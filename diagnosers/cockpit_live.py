@@ -241,6 +241,11 @@ class CockpitInstrument(Instrument):
         """Keep the generator's state if Cockpit tracks the next step."""
         self._keep_rng(step)
 
+    def gave_up(self) -> bool:
+        """Cockpit failed on a tracked step (the model or the loss is one BackPACK cannot
+        extend): it tracks nothing more on this run."""
+        return bool(self._error)
+
     def finish(self) -> dict[str, Any]:
         """Cockpit's output by step (tensors as lists), what it tracked and any failure."""
         with _tools.quiet():

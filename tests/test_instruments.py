@@ -3,6 +3,7 @@ records of their own, trained only for the diagnoser that asks and only on its r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -24,7 +25,7 @@ from faultbench.reporting import ahead
 from faultbench.scoring.diagnosis import Diagnosis, instruments_of
 from faultbench.scoring.run import Run
 from faultbench.storage.records import RunRecord, RunSpec, code_version
-from faultbench.storage.runner import make_job, train_result
+from faultbench.storage.runner import first_step_gave_up, make_job, train_result
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.training.instruments import (
@@ -328,3 +329,77 @@ def test_the_report_prices_an_instrument_against_the_same_plain_runs() -> None:
             "train_seconds_ratio_median": "2.50",
         }
     ]
+
+
+class Quitter(Instrument):
+    """Sees the first step, then gives up on the run, as a tool that cannot watch its model."""
+
+    name = "test-quitter"
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.first_loss = float("nan")
+
+    def after_backward(self, model, optimizer, batch, output, loss, step) -> None:  # type: ignore[no-untyped-def]
+        if not self.gave_up():
+            self.steps += 1
+            self.first_loss = float(loss.detach())
+
+    def gave_up(self) -> bool:
+        return self.steps >= 1
+
+    def finish(self) -> dict[str, Any]:
+        return {"steps": self.steps, "first_loss": self.first_loss}
+
+
+class QuitterDiagnoser:
+    """Answers from the quitter's record alone."""
+
+    name = "reads-the-quitter"
+    tuned_on: frozenset[str] = frozenset()
+    instrument = Quitter.name
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        return Diagnosis("healthy", evidence=dict(run.instruments[Quitter.name]))
+
+
+def test_a_run_whose_instruments_give_up_at_its_first_step_is_the_plain_run(
+    tmp_path: Path,
+) -> None:
+    INSTRUMENTS.add(Quitter.name, Quitter)
+    try:
+        store = Store(tmp_path / "store")
+        conditions = [fb.condition("healthy"), fb.condition("missing_zero_grad")]
+        ask = functools.partial(
+            fb.evaluate, seeds=2, conditions=conditions, store=store, isolate=False
+        )
+        report = ask(QuitterDiagnoser(), "digits")
+        assert report.failures == {} and report.trained == 4  # the plain runs, trained once
+        assert ask("always-healthy", "digits").trained == 0  # and read by a plain diagnoser
+        for record in store.records():
+            if not record.spec.instruments:
+                continue
+            plain = store.load(record.spec.with_instruments(()))
+            assert plain is not None and record.seconds == 0.0 < plain.seconds
+            assert record.trace is not None and plain.trace is not None
+            assert np.array_equal(record.trace.loss, plain.trace.loss)
+            seen = record.instruments[Quitter.name]
+            assert seen == {"steps": 1, "first_loss": float(plain.trace.loss[0])}
+    finally:
+        del INSTRUMENTS._entries[Quitter.name]
+
+
+@pytest.mark.parametrize("task", ["language", "numbers"])
+def test_cockpit_gives_up_at_the_first_step_of_a_model_it_cannot_extend_as_it_would_in_the_run(
+    task: str,
+) -> None:
+    pytest.importorskip("cockpit")
+    t = get_task(task)
+    spec = RunSpec(t.name, t.fingerprint, condition("healthy"), 0)
+    job = make_job(spec.with_instruments((reference("cockpit"),)))
+    given_up = first_step_gave_up(job)
+    assert given_up is not None and given_up.instruments["cockpit"]["error"].startswith("step 1:")
+    assert given_up.instruments == train_result(job).instruments  # the whole run's record
+    digits = get_task("digits")
+    watched = RunSpec(digits.name, digits.fingerprint, condition("healthy"), 0)
+    assert first_step_gave_up(make_job(watched.with_instruments((reference("cockpit"),)))) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,3 +205,28 @@ def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
     diagnose_ahead(evaluations, store, again, timeout=60, isolate=None)  # type: ignore[arg-type]
     assert again.items == []  # every answer stored: no worker is handed anything
     assert train_all(evaluations, store, again) == 0  # type: ignore[arg-type]
+
+
+def test_one_worker_diagnoses_a_task_and_grid_for_every_quick_diagnoser_after_the_slow_ones(
+    tmp_path: Path,
+) -> None:
+    """rules and the doctor share the memorization probe of each run: one job holds both, at
+    both samplings, so one process asks the probe once; a diagnoser scored on a subset of
+    seeds (a costly probe) has a job of its own, handed out first."""
+    from faultbench.reporting.ahead import Evaluation, diagnose_ahead
+
+    class Recording:  # an engine that keeps what it is handed
+        name = "recording"
+
+        def __init__(self) -> None:
+            self.items: list[Any] = []
+
+        def map_unordered(self, fn, items):  # type: ignore[no-untyped-def]
+            self.items = list(items)
+            return iter(())
+
+    quick = [Evaluation(n, "digits", "classic", 5, e) for n in ("rules", "doctor") for e in (20, 1)]
+    slow = Evaluation("thedeepchecker", "digits", "classic", 1)
+    engine = Recording()
+    diagnose_ahead([*quick, slow], Store(tmp_path), engine, timeout=60, isolate=None)  # type: ignore[arg-type]
+    assert [job.evaluations for job in engine.items] == [(slow,), tuple(quick)]

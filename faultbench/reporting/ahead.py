@@ -47,9 +47,10 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class _Job:
-    """An evaluation as a worker gets it (the store by its folder: a Store does not travel)."""
+    """Evaluations as a worker gets them, one after another in one process (the store by
+    its folder: a Store does not travel)."""
 
-    evaluation: Evaluation
+    evaluations: tuple[Evaluation, ...]
     root: Path
     timeout: float
     isolate: bool | None
@@ -108,9 +109,16 @@ def diagnose_ahead(
         if callable(prepare):  # a learned model's own runs, trained here on every worker
             prepare(store=store, engine=engine)  # rather than inside one of them
     most = max((ev.seeds for ev in stored), default=0)
-    # Diagnosers scored on a subset of seeds are the ones with a costly probe: start them first.
-    stored.sort(key=lambda ev: (ev.seeds >= most, ev.grid == "classic"))
-    jobs = [_Job(ev, store.root, timeout, isolate) for ev in stored]
+    # Diagnosers scored on a subset of seeds are the ones with a costly probe: one job each,
+    # started first. The others go by task and grid, one job for all of them: one process
+    # then diagnoses each run at both samplings and with every diagnoser, and what a probe
+    # found is found once (rules' memorization serves rules and the doctor, at each sampling).
+    groups: dict[tuple[str, ...], list[Evaluation]] = {}
+    for ev in stored:
+        key = (ev.task, ev.grid) if ev.seeds >= most else (ev.task, ev.grid, ev.diagnoser)
+        groups.setdefault(key, []).append(ev)
+    order = sorted(groups.values(), key=lambda g: (g[0].seeds >= most, g[0].grid == "classic"))
+    jobs = [_Job(tuple(group), store.root, timeout, isolate) for group in order]
     for _ in engine.map_unordered(_diagnose, jobs):
         pass  # answers are in the store; an exception here is met again by the report
 
@@ -118,20 +126,25 @@ def diagnose_ahead(
 def _diagnose(job: _Job) -> int:
     from faultbench.scoring.evaluate import evaluate
 
-    ev = job.evaluation
-    report = evaluate(
-        ev.diagnoser,
-        ev.task,
-        seeds=ev.seeds,
-        grid=ev.grid,
-        healthy_seeds=ev.healthy_seeds,
-        every=ev.every,
-        store=_store(job.root),
-        timeout=job.timeout,
-        isolate=job.isolate,
-        progress=False,
-    )
-    return len(report.results)
+    answered = 0
+    for ev in job.evaluations:
+        try:
+            report = evaluate(
+                ev.diagnoser,
+                ev.task,
+                seeds=ev.seeds,
+                grid=ev.grid,
+                healthy_seeds=ev.healthy_seeds,
+                every=ev.every,
+                store=_store(job.root),
+                timeout=job.timeout,
+                isolate=job.isolate,
+                progress=False,
+            )
+        except Exception:  # met again by the report; the group's other evaluations go on
+            continue
+        answered += len(report.results)
+    return answered
 
 
 _STORES: dict[Path, Store] = {}

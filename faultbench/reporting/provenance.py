@@ -80,7 +80,9 @@ def timing_table(reports: Sequence[Report]) -> pd.DataFrame:
     rows = []
     for report in sorted(reports, key=lambda r: (r.diagnoser, r.task)):
         diag = [r.diagnose_seconds for r in report.results]
-        train = [r.train_seconds for r in report.results]
+        # A run not trained for this report (an instrument gave up at its first step, so
+        # its record is the plain run's) has no training seconds: not a zero-second run.
+        train = [r.train_seconds for r in report.results if r.train_seconds > 0]
         rows.append(
             {
                 "diagnoser": report.diagnoser,

@@ -91,7 +91,7 @@ def run_for(record: RunRecord, task: Task, every: int = DEFAULT_EVERY) -> Run:
     spec = record.spec
     setup = spec.condition.apply(base_setup(task, spec.seed, spec.design))
     trace = record.trace.sampled(every)
-    probe = Probe.from_setup(setup)
+    probe = Probe.from_setup(setup, key=record.key)
     return Run(task.name, spec.seed, trace, record.config, probe, dict(record.instruments))
 
 

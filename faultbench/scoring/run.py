@@ -50,22 +50,29 @@ class Probe:
         X: torch.Tensor,
         y: torch.Tensor,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        key: str = "",
     ) -> None:
         self._model = model
         self._X = X
         self._y = y
         self._loss_fn = loss_fn or F.cross_entropy
         self.steps_used = 0
+        # The stored run this probe rebuilds (its store key, an opaque hash), so that what a
+        # deterministic probe found can be reused by the next diagnosis of the same run;
+        # "" for a user's probe, which nothing may be reused for.
+        self.key = key
 
     @classmethod
-    def from_setup(cls, recipe: Recipe) -> Probe:
+    def from_setup(cls, recipe: Recipe, key: str = "") -> Probe:
         """Build the probe of a run from its (possibly faulty) recipe: its model as
-        initialized, its loss and its training data, whatever a fault did to them."""
+        initialized, its loss and its training data, whatever a fault did to them;
+        ``key`` is the stored run's key ("" for none)."""
         return cls(
             build_model(recipe),
             torch.from_numpy(recipe.X_train),
             torch.from_numpy(recipe.y_train),
             recipe.loss,
+            key,
         )
 
     @classmethod

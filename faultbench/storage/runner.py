@@ -8,7 +8,7 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 import torch
@@ -21,7 +21,13 @@ from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.store import KeyLock, Store, stamped
 from faultbench.tasks.task import TASKS, Task, get_task
 from faultbench.training.engine import Engine, SerialEngine
-from faultbench.training.instruments import Factory, build, in_own_process, needs_own_process
+from faultbench.training.instruments import (
+    Factory,
+    Instrument,
+    build,
+    in_own_process,
+    needs_own_process,
+)
 from faultbench.training.loop import TrainResult, train
 
 
@@ -59,8 +65,18 @@ def make_job(
     return TrainJob(spec, task, spec.key(), records.code_version(), factories, steps)
 
 
-def train_record(job: TrainJob) -> RunRecord:
-    """Train one run and return its record (never raises for a failing run).
+@dataclass(frozen=True)
+class GaveUp:
+    """An instrumented run whose every instrument gave up at its first step: what they
+    recorded there. The run itself is the plain run (an instrument never changes it)."""
+
+    instruments: dict[str, dict[str, Any]]  # name -> the instrument's record
+
+
+def train_record(job: TrainJob) -> RunRecord | GaveUp:
+    """Train one run and return its record (never raises for a failing run), or, for an
+    instrumented run whose every instrument gives up at its first step, what they
+    recorded there (:func:`first_step_gave_up`): the driver pairs it with the plain run.
 
     Raises:
         Unpinned: this process's torch already runs CPU kernels other than the pinned
@@ -71,6 +87,8 @@ def train_record(job: TrainJob) -> RunRecord:
     start = time.perf_counter()
     spec = job.spec
     try:
+        if (given_up := first_step_gave_up(job)) is not None:
+            return given_up
         result = train_result(job)
     except Exception as exc:
         detail = traceback.format_exc(limit=3)
@@ -95,6 +113,48 @@ def train_result(job: TrainJob) -> TrainResult:
     if needs_own_process(job.instruments):
         return in_own_process(functools.partial(train_job, job))
     return train_job(job)
+
+
+def first_step_gave_up(job: TrainJob) -> GaveUp | None:
+    """Train the run's first step alone with its instruments: what they recorded, if every
+    one of them gave up there (:meth:`~faultbench.training.instruments.Instrument.gave_up`);
+    None if one watches on, or if one cannot give up (no step is tried for it) or trains
+    in a process of its own.
+
+    The step is the run's own: the same recipe, model, first batch and loop, shortened
+    to one step; an instrument that gave up records nothing more, so what it recorded
+    there is what it would record over the whole run.
+    """
+    if not job.instruments or needs_own_process(job.instruments):
+        return None
+    named = [(ref.name, f) for ref, f in zip(job.spec.instruments, job.instruments, strict=True)]
+    built = build(named)
+    if not all(type(instrument).gave_up is not Instrument.gave_up for instrument in built):
+        return None
+    task = job.task or get_task(job.spec.task)
+    with one_thread():
+        recipe = job.spec.condition.apply(base_setup(task, job.spec.seed, job.spec.design))
+        result = train(recipe.replace(steps=1), instruments=built)
+    if not all(instrument.gave_up() for instrument in built):
+        return None
+    return GaveUp(result.instruments)
+
+
+def with_gave_up(plain: RunRecord, job: TrainJob, given_up: GaveUp) -> RunRecord:
+    """The record of ``job``'s instrumented run from its plain run's record: the same
+    trace (an instrument never changes the run), the instruments' records of the first
+    step, and no training seconds (the run was not trained again: the instrument
+    overhead table leaves it out)."""
+    return replace(
+        plain,
+        spec=job.spec,
+        key=job.key,
+        attempt="",
+        created="",
+        host="",
+        seconds=0.0,
+        instruments=given_up.instruments,
+    )
 
 
 def train_job(job: TrainJob) -> TrainResult:
@@ -233,19 +293,48 @@ def _train(
     """Train the claimed runs; each lock is let go once its record is written."""
     locks = {spec: lock for spec, lock in claimed}
     jobs = [make_job(spec, task) for spec in locks]
+    waiting: list[tuple[TrainJob, GaveUp]] = []  # their plain runs are not stored yet
+
+    def keep(job: TrainJob, record: RunRecord) -> tuple[RunSpec, RunRecord]:
+        record = stamped(record)
+        store.save(record)
+        locks.pop(job.spec).release()
+        return job.spec, record
+
     try:
         for job, result in engine.map_unordered(train_record, jobs):
             if isinstance(result, kernels.Unpinned):
                 raise result  # nothing trained, nothing to store: the caller must move
             if isinstance(result, BaseException):
                 result = _failed(job, f"{type(result).__name__}: {result}", 0.0)
-            result = stamped(result)
-            store.save(result)
-            locks.pop(job.spec).release()
-            yield job.spec, result
+            if isinstance(result, GaveUp):
+                plain = store.load(_plain(job.spec), note=False, copy=False)
+                if plain is None:  # trained later in this batch, or by nobody yet
+                    waiting.append((job, result))
+                    continue
+                result = with_gave_up(plain, job, result)
+            yield keep(job, result)
+        if waiting:
+            plains = [_plain(job.spec) for job, _ in waiting]
+            found = ensure_records(
+                plains,
+                get_task(plains[0].task) if task is None else task,
+                store=store,
+                engine=engine,
+                progress=False,
+                copy=False,
+            )
+            by_spec = {spec: record for spec, record, _ in found}
+            for job, given_up in waiting:
+                yield keep(job, with_gave_up(by_spec[_plain(job.spec)], job, given_up))
     finally:  # stopped early: the untrained runs are free for anyone again
         for lock in locks.values():
             lock.release()
+
+
+def _plain(spec: RunSpec) -> RunSpec:
+    """The run without instruments."""
+    return spec.with_instruments(())
 
 
 PROGRESS_EVERY = 5.0  # seconds between progress lines when stderr is not a terminal

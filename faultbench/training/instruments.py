@@ -10,6 +10,7 @@ method per moment of the loop, keeping its own state::
     after_backward(model, optimizer, batch, output, loss, step) gradients computed, not applied
     after_step(model, optimizer, batch, loss, step)             the update applied
     finish() -> dict                                            after the run; a plain record
+    gave_up() -> bool                                           stopped watching for good
 
 The loop calls them with plain calls, nothing else; ``finish``'s record is
 stored with the run (so it must be JSON: mappings with string keys, lists,
@@ -110,6 +111,19 @@ class Instrument:
     def finish(self) -> dict[str, Any]:
         """After the run: what the instrument saw, as a JSON-ready mapping."""
         return {}
+
+    def gave_up(self) -> bool:
+        """Whether the instrument has stopped watching this run for good: from now on
+        nothing the loop does changes what :meth:`finish` returns (a tool that cannot
+        watch this model, as it finds at the first step).
+
+        Override it in an instrument that can give up: the benchmark then tries a run's
+        first step alone before training it with the instrument, and a run whose every
+        instrument gave up there is not trained again: its record is the plain run's
+        (an instrument never changes the run), with what the instruments recorded in
+        that step (:func:`faultbench.storage.runner.ensure_records`).
+        """
+        return False
 
 
 Factory = Callable[[], Instrument]
