@@ -443,7 +443,10 @@ def _timings_markdown(
             "the instrument in their loop. Per diagnoser, task and grid: the median over its "
             "runs of the run's training seconds with the instrument over the same run's "
             "seconds without it, each as measured when it trained (evaluations and the "
-            "Monitor included on both sides). `faultbench bench` prices each instrument on "
+            "Monitor included on both sides). A run whose instrument gave up at its first "
+            "step (Cockpit on a model BackPACK cannot extend) is not trained again, its "
+            "record being the plain run's, and is not counted: 0 runs means the instrument "
+            "could watch none of them. `faultbench bench` prices each instrument on "
             "three step sizes, interleaved on one machine.",
             "",
             table(overhead),
