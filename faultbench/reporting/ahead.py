@@ -4,10 +4,11 @@ A report scores every diagnoser on every task and grid, one evaluation after
 another in one process: on a store without answers that is most of a cold
 ``make report``, on one core. The answers of a shipped diagnoser asked for by
 name are stored (:mod:`faultbench.scoring.cache`), so the report can first hand
-each (diagnoser, task, grid) evaluation to a worker, which diagnoses and stores
-the answers, and then run the same evaluations in order, reading them back: the
-report's numbers are the same as without this step (the stored answer *is* the
-answer), only made on all cores.
+its evaluations to the workers (each costly diagnoser's task and grid apart, the
+quick ones' by task and grid together, so one process asks a run's shared probe
+once), which diagnose and store the answers, and then run the same evaluations
+in order, reading them back: the report's numbers are the same as without this
+step (the stored answer *is* the answer), only made on all cores.
 
 Every run is trained before the workers start (one batch on the engine, so no
 two workers train the same run), and so are a learned diagnoser's own training
