@@ -171,6 +171,22 @@ def test_learned_is_not_fitted_when_every_answer_is_stored(
 UNTRAINED = ("healthy", "dead_units")  # the runs the report trains itself; the rest are copied
 
 
+class Recording:
+    """An engine that keeps what it is handed and runs nothing."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def map_unordered(self, fn, items):  # type: ignore[no-untyped-def]
+        self.items = list(items)
+        return iter(())
+
+    def close(self) -> None:
+        pass
+
+
 def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
     digits_grid, tmp_path: Path, pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,19 +204,6 @@ def test_a_report_diagnosed_ahead_on_workers_reads_every_answer_back(
     assert report.trained == 0 and trained == len(UNTRAINED) and len(report.results) == 10
     assert {r.status for r in report.results} == {"ok"}
 
-    class Recording:  # an engine that keeps what it is handed
-        name = "recording"
-
-        def __init__(self) -> None:
-            self.items: list[object] = []
-
-        def map_unordered(self, fn, items):  # type: ignore[no-untyped-def]
-            self.items = list(items)
-            return iter(())
-
-        def close(self) -> None:
-            pass
-
     again = Recording()
     diagnose_ahead(evaluations, store, again, timeout=60, isolate=None)  # type: ignore[arg-type]
     assert again.items == []  # every answer stored: no worker is handed anything
@@ -214,16 +217,6 @@ def test_one_worker_diagnoses_a_task_and_grid_for_every_quick_diagnoser_after_th
     both samplings, so one process asks the probe once; a diagnoser scored on a subset of
     seeds (a costly probe) has a job of its own, handed out first."""
     from faultbench.reporting.ahead import Evaluation, diagnose_ahead
-
-    class Recording:  # an engine that keeps what it is handed
-        name = "recording"
-
-        def __init__(self) -> None:
-            self.items: list[Any] = []
-
-        def map_unordered(self, fn, items):  # type: ignore[no-untyped-def]
-            self.items = list(items)
-            return iter(())
 
     quick = [Evaluation(n, "digits", "classic", 5, e) for n in ("rules", "doctor") for e in (20, 1)]
     slow = Evaluation("thedeepchecker", "digits", "classic", 1)
