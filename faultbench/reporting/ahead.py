@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
+from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import get_diagnoser, instruments_of, ships_with_faultbench
 from faultbench.scoring.plan import plan
 from faultbench.storage.records import RunSpec
@@ -106,8 +107,8 @@ def diagnose_ahead(
         and not DiagnosisCache(store, ev.diagnoser, code, ev.every).answers_all(_specs(ev, store))
     ]  # a rerun with every answer stored starts no worker at all
     for name in dict.fromkeys(ev.diagnoser for ev in stored):
-        prepare = getattr(get_diagnoser(name), "prepare", None)
-        if callable(prepare):  # a learned model's own runs, trained here on every worker
+        prepare = contract_of(get_diagnoser(name)).prepare
+        if prepare is not None:  # a learned model's own runs, trained here on every worker
             prepare(store=store, engine=engine)  # rather than inside one of them
     most = max((ev.seeds for ev in stored), default=0)
     # Diagnosers scored on a subset of seeds are the ones with a costly probe: one job each,
