@@ -14,6 +14,7 @@ against the installed code and runs, and re-diagnose a sample of it.
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 import sys
 import time
@@ -40,7 +41,7 @@ from faultbench.scoring.diagnosis import Diagnoser, get_diagnoser, ships_with_fa
 from faultbench.scoring.evaluate import Report, diagnoser_for, evaluate
 from faultbench.scoring.suite import TaskSuite
 from faultbench.scoring.worker import wants_worker
-from faultbench.storage.records import RunSpec
+from faultbench.storage.records import RunSpec, loads
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task, get_task
 from faultbench.training.engine import Engine
@@ -277,3 +278,27 @@ def _records(part: pd.DataFrame, contract: Contract, store: Store) -> Iterator[t
                 f"{contract.name}"
             )
         yield row, record
+
+
+def evidence_from(store: Store) -> Any:
+    """``(diagnoser, row) -> str``: the evidence of an answer, read from ``store``'s stored
+    answer (:mod:`faultbench.scoring.cache`), or '' where it holds none (a diagnoser that
+    does not ship with faultbench, another store)."""
+    contracts: dict[str, Contract] = {}
+
+    def find(diagnoser: str, row: Any) -> str:
+        try:
+            contract = contracts.setdefault(diagnoser, Contract(diagnoser, frozenset()))
+            spec = spec_of_row(row, contract)
+        except (FaultbenchError, ValueError):
+            return ""
+        folder = store.spec_dir(spec) / str(row.key) / "diagnoses" / diagnoser
+        for path in sorted(folder.glob(f"*-every{int(row.every)}.json")):
+            try:
+                found = loads(path.read_text()).get("evidence", {})
+            except (OSError, ValueError):
+                continue
+            return json.dumps(found, sort_keys=True, default=str)
+        return ""
+
+    return find

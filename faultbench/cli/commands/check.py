@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 NAME = "check"
-HELP = "check a diagnoser's declared contract, then run the conformance checks (exit 1 if one fails)"
+HELP = (
+    "check a diagnoser's declared contract, then run the conformance checks (exit 1 if one fails)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
