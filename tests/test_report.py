@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from fnmatch import fnmatch
 import re
 import subprocess
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np

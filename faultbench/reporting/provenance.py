@@ -12,11 +12,11 @@ machine that made it (no store, no home directory), so the files can be committe
 from __future__ import annotations
 
 import os
-from fnmatch import fnmatch
 import platform
 import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from fnmatch import fnmatch
 from importlib import metadata
 from pathlib import Path
 from typing import Any
