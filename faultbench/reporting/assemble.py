@@ -35,6 +35,7 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.faults.family import draw_design
 from faultbench.faults.fault import HEALTHY, OTHER_FAULT, labels
 from faultbench.reporting import leaderboard
+from faultbench.reporting.leaderboard import SCORE, headline_part, whole
 from faultbench.reporting.resultfile import FOLDER, ResultFile, read_all
 from faultbench.reporting.submission import _contract, stale
 from faultbench.scoring import scores, stats
@@ -53,10 +54,6 @@ HEADLINE = {
     "real bugs": "identification on the real-bug suite's known-label cases",
     "s/diagnosis": "median seconds per diagnosis (as measured when it was scored)",
 }
-SCORE = (
-    "*Score* is the mean of identification and the share of healthy drawn runs called "
-    "healthy (1 - false alarms), since a practitioner pays for a false alarm as for a miss."
-)
 
 
 @dataclass(frozen=True)
@@ -158,11 +155,6 @@ def frame_of(files: Sequence[ResultFile]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def whole(frame: pd.DataFrame) -> pd.DataFrame:
-    """The answers on whole runs (prefix 1): what every table but a prefix one reads."""
-    return frame[frame["prefix"] == 1.0]
-
-
 def designs(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (healthy drawn run, design axis) of the full grid at the default
     sampling: the run's axis value and whether the answer was an alarm (the drawn design
@@ -205,7 +197,7 @@ def headline(assembled: Assembled) -> pd.DataFrame:
     rows = []
     for f in assembled.files:
         mine = frame[frame["diagnoser"] == f.diagnoser]
-        full = mine[(mine["grid"] == "full") & (mine["every"] == DEFAULT_EVERY)]
+        full = headline_part(mine)
         s = scores.summary(full)
         value, _, _ = headline_score(full)
         real = scores.identification(mine[mine["suite"] == REALBUGS])["accuracy"]
@@ -243,8 +235,7 @@ def full_table(assembled: Assembled, board: Board) -> pd.DataFrame:
     extra = []
     for name, f in by_name.items():
         mine = frame[frame["diagnoser"] == name]
-        full = mine[(mine["grid"] == "full") & (mine["every"] == DEFAULT_EVERY)]
-        value, low, high = headline_score(full)
+        value, low, high = headline_score(headline_part(mine))
         real = mine[mine["suite"] == REALBUGS]
         detection = scores.detection(real)
         extra.append(
@@ -413,10 +404,9 @@ def tradeoff_figure(assembled: Assembled, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     frame = whole(assembled.frame)
-    full = frame[(frame["grid"] == "full") & (frame["every"] == DEFAULT_EVERY)]
     names, points, errors = [], [], []
     for f in assembled.files:
-        s = scores.summary(full[full["diagnoser"] == f.diagnoser])
+        s = scores.summary(headline_part(frame[frame["diagnoser"] == f.diagnoser]))
         ident, alarms = s["identification"]["accuracy"], s["false_alarms"]
         if not ident.n or not alarms.n:
             continue

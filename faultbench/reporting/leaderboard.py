@@ -18,6 +18,22 @@ from faultbench.scoring.scores import Share
 from faultbench.training.monitor import DEFAULT_EVERY
 
 LEVELS = ("mild", "moderate", "severe")  # severity levels, mildest first
+SCORE = (
+    "*Score* is the mean of identification and the share of healthy drawn runs called "
+    "healthy (1 - false alarms), since a practitioner pays for a false alarm as for a miss."
+)
+
+
+def whole(frame: pd.DataFrame) -> pd.DataFrame:
+    """The answers on whole runs (prefix 1): what every table but a prefix one reads."""
+    return frame[frame["prefix"] == 1.0]
+
+
+def headline_part(mine: pd.DataFrame) -> pd.DataFrame:
+    """The answers a headline cell reads: the full grid at the default sampling, or the
+    classic grid on a board without a full grid."""
+    full = mine[(mine["grid"] == "full") & (mine["every"] == DEFAULT_EVERY)]
+    return full if len(full) else mine[mine["grid"] == "classic"]
 
 
 def cell(share: Share) -> str:

@@ -21,7 +21,6 @@ import pandas as pd
 
 from faultbench.reporting import leaderboard
 from faultbench.scoring import scores
-from faultbench.training.monitor import DEFAULT_EVERY
 
 WRONG_SHOWN = 200  # wrong runs listed per diagnoser (the rest are in its result file)
 EVIDENCE_CHARS = 600  # evidence shown per run
@@ -65,8 +64,6 @@ def write(
         out: The site's folder.
         evidence: ``(diagnoser, row) -> str``: a wrong answer's evidence ('' unknown).
     """
-    from faultbench.reporting.assemble import SCORE, whole
-
     env = environment()
     out.mkdir(parents=True, exist_ok=True)
     shown = top.copy()
@@ -77,7 +74,7 @@ def write(
     index = env.get_template("index.html.j2").render(
         title="leaderboard",
         count=len(rows),
-        score=SCORE.replace("*", ""),
+        score=leaderboard.SCORE.replace("*", ""),
         columns=list(shown.columns),
         rows=rows,
         notes=[note.replace("`", "") for note in assembled.notes],
@@ -85,7 +82,7 @@ def write(
         full_rows=full.astype(str).values.tolist(),
     )
     written = [_write(out / "index.html", index)]
-    frame = whole(assembled.frame)
+    frame = leaderboard.whole(assembled.frame)
     for f in assembled.files:
         mine = frame[frame["diagnoser"] == f.diagnoser]
         page = env.get_template("diagnoser.html.j2").render(
@@ -114,7 +111,7 @@ def _sections(
     name: str, mine: pd.DataFrame, tables: Mapping[str, pd.DataFrame]
 ) -> list[dict[str, Any]]:
     """The page's tables: confusion, per task, per kind, per variant, per design axis."""
-    full = mine[(mine["grid"] == "full") & (mine["every"] == DEFAULT_EVERY)]
+    full = leaderboard.headline_part(mine)
     confusion = pd.crosstab(full["truth"], full["predicted"]) if len(full) else pd.DataFrame()
     per_task = [
         [task, leaderboard.cell(scores.identification(part)["accuracy"]),
@@ -129,7 +126,8 @@ def _sections(
     return [
         {
             "title": "Confusion matrix",
-            "note": "Full grid at the default sampling: rows the truth, columns the answer.",
+            "note": "Full grid at the default sampling (the classic grid on a board without "
+            "one): rows the truth, columns the answer.",
             "columns": ["truth \\ answer", *map(str, confusion.columns)],
             "rows": [[str(t), *map(str, r)] for t, r in zip(confusion.index, confusion.values)],
         },

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
 from collections.abc import Callable
+from types import ModuleType
 
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
@@ -94,7 +97,7 @@ def _checked(obj: object, where: str) -> Diagnoser:
 def _import(spec: str) -> object:
     module_name, _, attr = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_module(module_name)
     except Exception as exc:  # any import-time failure is the user's input
         raise FaultbenchError(
             f"Cannot import '{module_name}' from '{spec}': {type(exc).__name__}: {exc}"
@@ -111,6 +114,19 @@ def _import(spec: str) -> object:
                 f"Cannot build '{spec}' with no arguments: {type(exc).__name__}: {exc}"
             ) from None
     return obj
+
+
+def _import_module(name: str) -> ModuleType:
+    """``name`` imported; a module that is not installed is looked for in the working
+    folder too, as ``python -m`` would (a diagnoser being written, not yet installed)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != name.partition(".")[0] or here in sys.path:
+            raise
+        sys.path.append(here)  # a worker process gets this sys.path too
+        return importlib.import_module(name)
 
 
 def _plugin_factory(obj: object, where: str) -> Callable[[], Diagnoser]:

@@ -233,6 +233,12 @@ def add_board_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated faults to keep (and healthy) on both grids (default: all)",
     )
     parser.add_argument(
+        "--grids",
+        type=_names,
+        default=["classic", "full"],
+        help="comma-separated grids of the board: classic and full (default: classic,full)",
+    )
+    parser.add_argument(
         "--cases",
         type=_cases,
         default=None,
@@ -254,12 +260,14 @@ def board_from(args: argparse.Namespace) -> Board:
     tasks = tuple(dict.fromkeys(args.task or task_names()))
     for name in tasks:
         get_task(name)
+    for grid in args.grids:
+        check_selection(grid)
     check_selection("full", args.faults)
     for name in args.cases or ():
         get_case(name)
     return Board(
         tasks,
-        tasks,
+        tasks if "full" in args.grids else (),
         classic_seeds=args.seeds,
         fault_seeds=args.fault_seeds,
         healthy_seeds=args.healthy_seeds,
