@@ -7,6 +7,7 @@ a test needs to load a page, run JavaScript in it and click with the mouse.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -110,11 +111,9 @@ class Browser:
         """Wait until ``expression`` is true in the page."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(RuntimeError):  # the page is being replaced
                 if self.evaluate(expression):
                     return
-            except RuntimeError:  # the page is being replaced
-                pass
             time.sleep(0.05)
         raise TimeoutError(f"never true: {expression}")
 
@@ -138,10 +137,8 @@ class Browser:
 
     def close(self) -> None:
         """End chromium and remove its profile."""
-        try:
+        with contextlib.suppress(RuntimeError, TimeoutError, OSError):
             self.send("Browser.close")
-        except (RuntimeError, TimeoutError, OSError):
-            pass
         try:
             self._proc.wait(5)
         except subprocess.TimeoutExpired:
