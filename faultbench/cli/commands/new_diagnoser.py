@@ -69,7 +69,7 @@ class {cls}:
             return Diagnosis("lr_too_high", evidence={{"finite_steps": len(finite)}})
         return Diagnosis("healthy", evidence={{"finite_steps": len(finite)}})
 ''',
-    "tests/test_{package}.py": '''"""{cls} keeps faultbench's contract: `faultbench check` passes every check."""
+    "tests/test_{package}.py": '''"""{cls} keeps faultbench's contract: faultbench check passes."""
 
 import subprocess
 import sys
