@@ -17,18 +17,27 @@ from faultbench.scoring.run import Run
 
 
 def n_classes(run: Run) -> int:
-    """Width of the model's last layer: the number of classes."""
+    """Width of the model's last layer: the number of classes (outputs, for another kind)."""
     return max(2, int(run.config.n_classes))
 
 
 def ln_c(run: Run) -> float:
-    """ln C: the loss of a uniform guess, which a sane initialization starts near."""
-    return math.log(n_classes(run))
+    """The loss a sane initialization starts near: ln C for C classes, ln 2 for a logits
+    loss of labels, the targets' variance for a squared error (the kind's reference,
+    :attr:`~faultbench.training.trace.RunConfig.start_loss`); NaN where it is not known."""
+    return run.config.start_loss
 
 
 def chance(run: Run) -> float:
-    """Accuracy of guessing one class out of C."""
-    return 1.0 / n_classes(run)
+    """The task score of a constant predictor (one class in C for a run of unknown kind)."""
+    return run.config.chance_level
+
+
+def is_classes(run: Run) -> bool:
+    """Whether the run scores one class of several per example or position (its output's
+    argmax is its answer): a multi-class or sequence run, or one of unknown kind with
+    several outputs."""
+    return run.config.kind in ("", "multiclass", "next_token") and run.config.n_classes >= 2
 
 
 def softmax_floor(classes: int) -> float:

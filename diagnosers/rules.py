@@ -291,7 +291,7 @@ class RulesDiagnoser:
                 else "healthy"
             )
             return _answer(label, "trace only", evidence)
-        memo = memorize(run.probe, f.n_classes(run))
+        memo = memorize(run.probe)
         evidence["memorization"] = {
             "memorized": memo.memorized,
             "rate": memo.rate,
