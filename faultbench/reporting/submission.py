@@ -49,8 +49,9 @@ from faultbench.training.instruments import references
 
 
 def task_kind(task: Task) -> str:
-    """What ``task`` predicts: the one switch to ``Task.kind`` once tasks declare it."""
-    return "next_token" if task.sequences is not None else "multiclass"
+    """What ``task`` predicts (:mod:`faultbench.tasks.kinds`): the leaderboard's per-kind
+    tables group by it."""
+    return task.kind.name
 
 
 def code_of(diagnoser: Diagnoser) -> str:
