@@ -278,11 +278,19 @@ def per_kind(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def write(assembled: Assembled, board: Board, out: Path, *, evidence: Any = None) -> list[Path]:
+def write(
+    assembled: Assembled,
+    board: Board,
+    out: Path,
+    *,
+    evidence: Any = None,
+    readme: Path | None = None,
+) -> list[Path]:
     """Write the leaderboard's files and its site under ``out``; return their paths.
 
     ``evidence``: ``(diagnoser, row) -> str``, a wrong answer's evidence for the site
-    (:func:`faultbench.reporting.submission.evidence_from`)."""
+    (:func:`faultbench.reporting.submission.evidence_from`); ``readme``: a file whose
+    :data:`MARKERS` get the headline between them (the project's README)."""
     from faultbench.reporting import site
 
     frame = whole(assembled.frame)
@@ -315,7 +323,33 @@ def write(assembled: Assembled, board: Board, out: Path, *, evidence: Any = None
         )
     )
     written += site.write(assembled, top, full, tables, out / "site", evidence=evidence)
+    if readme is not None and _put_headline(readme, top, out):
+        written.append(readme)
     return written
+
+
+#: The lines between which a README holds the generated headline.
+MARKERS = ("<!-- leaderboard:start -->", "<!-- leaderboard:end -->")
+
+
+def _put_headline(readme: Path, top: pd.DataFrame, out: Path) -> bool:
+    """Write the headline between ``readme``'s :data:`MARKERS`; False if it has none."""
+    try:
+        text = readme.read_text()
+    except OSError:
+        return False
+    start, end = MARKERS
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    out = out.resolve()
+    where = out.relative_to(readme.parent) if out.is_relative_to(readme.parent) else out
+    table = _shown(top).to_markdown(index=False, disable_numparse=True)
+    block = f"{start}\n{SCORE}\n\n{table}\n\n![identification against false alarms]"
+    block += f"({where.as_posix()}/leaderboard.png)\n{end}"
+    readme.write_text(head + block + tail)
+    return True
 
 
 def _shown(top: pd.DataFrame) -> pd.DataFrame:

@@ -55,7 +55,13 @@ def main(args: argparse.Namespace) -> int:
                     f"--diagnoser {f.source}"
                 )
             print(f"verified {f.diagnoser}: {args.verify} answers diagnosed again, the same")
-    written = assemble.write(assembled, board, results, evidence=evidence_from(store))
+    written = assemble.write(
+        assembled,
+        board,
+        results,
+        evidence=evidence_from(store),
+        readme=results.resolve().parent / "README.md",  # its headline, where it has markers
+    )
     print(
         f"leaderboard of {len(assembled.files)} diagnosers: {len(written)} files under "
         f"{results}/ in {time.perf_counter() - start:.1f} s",

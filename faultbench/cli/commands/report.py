@@ -306,7 +306,11 @@ def generate(
     # The leaderboard from the result files alone (a diagnoser scored by its own target,
     # TrainCheck, stands beside these), as `faultbench leaderboard` assembles it.
     assembled = assemble.load(out, board)
-    written += assemble.write(assembled, board, out, evidence=evidence_from(store))
+    readme = out.resolve().parent / "README.md"  # the project's headline, where it has markers
+    board_files = assemble.write(
+        assembled, board, out, evidence=evidence_from(store), readme=readme
+    )
+    written += [p for p in board_files if p != readme]  # README.md is no file of results/
     if answers is not None:
         written += write_realbugs(answers, out)
         written += write_validity(grid_rates(frame), answers, out)
