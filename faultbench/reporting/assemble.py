@@ -185,10 +185,12 @@ def headline_score(part: pd.DataFrame) -> tuple[float, float, float]:
     quiet = ~((healthy["status"] == "ok") & (healthy["predicted"] != HEALTHY)).to_numpy(bool)
     if not len(right) or not len(quiet):
         return float("nan"), float("nan"), float("nan")
-    low, high = stats.bootstrap(
-        [right, quiet.astype(float)], lambda a, b: float(np.mean(a) + np.mean(b)) / 2
-    )
+    low, high = stats.bootstrap([right, quiet.astype(float)], _mean_of_means, vectorized=True)
     return (float(right.mean()) + float(quiet.mean())) / 2, low, high
+
+
+def _mean_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return (np.mean(a, axis=axis) + np.mean(b, axis=axis)) / 2  # type: ignore[no-any-return]
 
 
 def headline(assembled: Assembled) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from faultbench.scoring import scores
@@ -142,14 +143,19 @@ def per_variant(frame: pd.DataFrame) -> pd.DataFrame:
         & (frame["every"] == DEFAULT_EVERY)
         & (frame["kind"] != scores.HEALTHY)
     ]
+    # scores.identification and scores.detection on each group, counted at once: a known
+    # fault's hit names it, a held-out one's is any answer but healthy (a failed answer: none)
+    held_out = full["kind"].to_numpy() == scores.HELDOUT
+    answered = full["status"].to_numpy() == "ok"
+    predicted = full["predicted"].to_numpy()
+    hit = answered & np.where(held_out, predicted != scores.HEALTHY, predicted == full["truth"])
+    counted = full.assign(hit=hit, held=held_out).groupby(
+        ["diagnoser", "task", "variant"], sort=False
+    )
     out = []
-    for (name, task, variant), part in full.groupby(["diagnoser", "task", "variant"], sort=False):
-        held = part["kind"].iloc[0] == scores.HELDOUT
-        share = (
-            scores.detection(part)["not_healthy"]
-            if held
-            else scores.identification(part)["accuracy"]
-        )
+    for (name, task, variant), part in counted:
+        held = bool(part["held"].iloc[0])
+        share = scores.wilson(int(part["hit"].sum()), len(part))
         out.append(
             {
                 "diagnoser": name,

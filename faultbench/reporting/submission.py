@@ -175,13 +175,23 @@ def _kind_of(task: str) -> str:
 def spec_of_row(row: Any, contract: Contract) -> RunSpec:
     """The run an answer was made on, rebuilt from the row with the installed code (no
     store): the real-bug case's form, or the task's condition on its seed and base."""
-    if row.suite == REALBUGS:
-        name, _, form = row.condition.rpartition(".")
+    return _spec(
+        row.suite, row.task, row.condition, int(row.seed), int(row.base), contract.instrument
+    )
+
+
+@cache
+def _spec(
+    suite: str, task_name: str, condition: str, seed: int, base: int, instrument: tuple[str, ...]
+) -> RunSpec:
+    """:func:`spec_of_row`'s spec, once per run: every file of a board names the same runs."""
+    if suite == REALBUGS:
+        name, _, form = condition.rpartition(".")
         return spec_of(get_case(name), form)
-    task = get_task(row.task)
-    design = draw_design(task, int(row.seed), int(row.base)) if int(row.base) >= 0 else None
-    spec = RunSpec(task.name, task.fingerprint, decode(row.condition), int(row.seed), design)
-    refs = references(tuple(contract.instrument)) if contract.instrument else ()
+    task = get_task(task_name)
+    design = draw_design(task, seed, base) if base >= 0 else None
+    spec = RunSpec(task.name, task.fingerprint, decode(condition), seed, design)
+    refs = references(instrument) if instrument else ()
     return spec.with_instruments(refs) if refs else spec
 
 

@@ -81,6 +81,7 @@ def bootstrap(
     statistic: Callable[..., float],
     *,
     paired: bool = False,
+    vectorized: bool = False,
     reps: int = BOOTSTRAP_REPS,
     seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float]:
@@ -89,8 +90,10 @@ def bootstrap(
     Args:
         samples: One array per argument of ``statistic``, each resampled on its own
             (``paired=False``) or all by the same indices (``paired=True``).
-        statistic: A function of the samples (vectorized or not).
+        statistic: A function of the samples; with ``vectorized``, it also takes ``axis``
+            and reduces along it (many resamples at once: far faster).
         paired: Resample the samples together (one draw of rows).
+        vectorized: ``statistic`` takes ``axis``.
         reps: Resamples.
         seed: The resampling's seed.
 
@@ -103,14 +106,14 @@ def bootstrap(
     if not arrays or any(a.size == 0 for a in arrays):
         return float("nan"), float("nan")
     if all(np.all(a == a[0]) for a in arrays):  # no spread: every resample says the same
-        value = float(statistic(*arrays))
+        value = float(statistic(*arrays, axis=-1) if vectorized else statistic(*arrays))
         return value, value
     found = scipy_bootstrap(
         arrays,
         statistic,
         n_resamples=reps,
         paired=paired,
-        vectorized=False,
+        vectorized=vectorized,
         confidence_level=CONFIDENCE,
         method="percentile",
         rng=np.random.default_rng(seed),
