@@ -55,10 +55,12 @@ leaderboard: $(STAMP)  ## assemble the leaderboard and its site from results/dia
 # TrainCheck traces each run again in its own interpreter (30-80 s a run): too slow for make
 # report, so its result file comes from here, on the subset of the board it declares, and
 # stands on the leaderboard with the date and code it was scored on. TRAINCHECK_ARGS narrows
-# the board for a quick look (e.g. --task digits --grids classic --faults lr_too_high).
+# the board for a quick look into another folder (e.g. --task digits --grids classic --faults
+# lr_too_high --cases none --results /tmp/tc); TRAINCHECK_RUN passes --workers and the like.
 TRAINCHECK_ARGS ?=
+TRAINCHECK_RUN ?=
 traincheck: $(STAMP)  ## score TrainCheck into results/diagnosers/traincheck.* (hours), then the leaderboard
-	$(BIN)/faultbench score --diagnoser traincheck --timeout $(REPORT_TIMEOUT) $(TRAINCHECK_ARGS)
+	$(BIN)/faultbench score --diagnoser traincheck --timeout $(REPORT_TIMEOUT) $(TRAINCHECK_ARGS) $(TRAINCHECK_RUN)
 	$(BIN)/faultbench leaderboard $(TRAINCHECK_ARGS)
 
 # The working rates and severity levels are versioned data (faultbench/faults/*.csv): measured
