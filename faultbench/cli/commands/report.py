@@ -248,6 +248,16 @@ def generate(
     if engine is not None:  # train everything at once, then diagnose on every worker
         trained = ahead.train_all(evaluations, store, engine)
         ahead.diagnose_ahead(evaluations, store, engine, timeout=timeout, isolate=isolate)
+    # The real-bug suite: its cases trained and every diagnoser's answers stored on the
+    # engine's workers (one diagnoser per worker), with the doctor's headlines that
+    # realbugs.md and validity.md read; the result files below read the same answers.
+    suite = evaluate_suite(
+        diagnosers if full_tasks else [],
+        store=store,
+        timeout=timeout,
+        isolate=isolate,
+        engine=engine,
+    )
     # Each diagnoser's result file, from the answers stored ahead (a file whose answers are
     # unchanged is left as it was); every table below reads the same reports.
     folder = out / resultfile.FOLDER
@@ -298,10 +308,6 @@ def generate(
     for old in {*out.glob("confusion/*.png"), *out.glob("curves/*.png")} - set(written):
         old.unlink()  # a diagnoser or task dropped since the last report leaves no stale figure
     frame = pd.concat([r.scored_frame() for r in [*reports, *full, *every_step]], ignore_index=True)
-    # The suite's doctor headlines (realbugs.md, validity.md) read the answers stored above.
-    suite = evaluate_suite(
-        diagnosers if full else [], store=store, timeout=timeout, isolate=isolate, engine=engine
-    )
     answers = pd.concat([r.answers_frame() for r in suite], ignore_index=True) if suite else None
     # The leaderboard from the result files alone (a diagnoser scored by its own target,
     # TrainCheck, stands beside these), as `faultbench leaderboard` assembles it.
