@@ -273,7 +273,7 @@ def generate(
     full = [r for r in scored if r.grid == "full" and r.every == DEFAULT_EVERY]
     every_step = [r for r in scored if r.grid == "full" and r.every == 1]
     grids: dict[str, report.Grid] = {task: report.load_grid(task, seeds, store) for task in tasks}
-    trained += sum(r.trained for r in scored)
+    trained += sum(r.trained for r in [*scored, *suite])
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
