@@ -138,7 +138,7 @@ def rows_of(report: Report, task_kind: str) -> list[dict[str, Any]]:
                 "also": "+".join(r.also),
                 "status": r.status,
                 "probe_steps": r.probe_steps,
-                "seconds": round(r.diagnose_seconds, 3),
+                "seconds": round(r.diagnose_seconds, 4),
             }
         )
     return out
