@@ -222,7 +222,8 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
         if self.monitor is not None and isinstance(metrics, Mapping):
             named = evaluation_metrics(metrics)
             if named:
-                self.monitor.log_eval(**named)
+                # Every name is <split>_<metric>: none can be taken for log_eval's step.
+                self.monitor.log_eval(**named)  # type: ignore[arg-type]
         self._update_end = time.perf_counter()
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -326,7 +327,8 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
             return self.kind
         if self._shift:
             return "next_token"
-        return PROBLEM_KINDS.get(getattr(getattr(model, "config", None), "problem_type", None))
+        problem = getattr(getattr(model, "config", None), "problem_type", None)
+        return PROBLEM_KINDS.get(problem) if isinstance(problem, str) else None
 
     def _resume(self, model: nn.Module, optimizer: Any, state: Any, scheduler: Any) -> None:
         """Continue the trace on a resumed run, and note what came back."""
@@ -371,7 +373,8 @@ def _is_causal_lm(model: nn.Module) -> bool:
     its class is one of transformers' causal-LM mapping (a PEFT model's base model's)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = getattr(model, "get_base_model", None)
+    inner = base() if callable(base) else model
     return type(inner).__name__ in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 
 

@@ -186,7 +186,8 @@ class Probe:
             takes_trial = len(inspect.signature(init).parameters) == 1
             build: Callable[[], nn.Module] = partial(init, None) if takes_trial else init
         else:
-            build = partial(type(model), copy.deepcopy(model.config))
+            model_class: Callable[..., nn.Module] = type(model)
+            build = partial(model_class, copy.deepcopy(model.config))
         return cls.from_user(
             partial(_seeded, build, trainer.args.seed), None, batch, batch["labels"]
         )
