@@ -283,7 +283,7 @@ def test_the_probe_of_a_trainer_rebuilds_the_model_and_takes_its_own_loss(
     expected = F.cross_entropy(
         logits[:, :-1].reshape(-1, VOCAB), y[:, 1:].reshape(-1), ignore_index=-100
     )
-    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-5)
     assert probe.steps_used == 1
     with pytest.raises(FaultbenchError, match="the model's own"):
         probe.loss(logits.clone(), y)  # not an output the probe computed
