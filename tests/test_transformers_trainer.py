@@ -259,6 +259,35 @@ def test_another_model_object_is_another_job(tmp_path: Path) -> None:
         _train(other)
 
 
+class Crash(transformers.TrainerCallback):  # type: ignore[misc]
+    """Raises out of ``train()`` after update 2, once (a job killed mid-run)."""
+
+    def __init__(self) -> None:
+        self.armed = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.armed and state.global_step == 2:
+            self.armed = False
+            raise RuntimeError("killed")
+
+
+def test_a_run_that_raised_out_of_train_is_read_once_when_it_goes_on(tmp_path: Path) -> None:
+    callback = FaultbenchCallback(show=False)
+    args = arguments(tmp_path, max_steps=4, logging_strategy="steps", logging_steps=1)
+    trainer = transformers.Trainer(
+        model=built(llama), args=args, train_dataset=counting(64, 0), callbacks=[callback]
+    )
+    trainer.add_callback(Crash())
+    with pytest.raises(RuntimeError, match="killed"):
+        _train(trainer)
+    trainer.state.log_history.clear()
+    _train(trainer)  # the same Trainer again: its training_step is wrapped once, not twice
+    trace = callback.monitor.trace()
+    assert trace.steps == 2 + 4
+    np.testing.assert_allclose(trace.loss[2:], _logged_losses(trainer), rtol=1e-6)
+    assert "training_step" not in vars(trainer)  # put back when training ended
+
+
 # -- the probe of a Trainer -------------------------------------------------------------
 
 

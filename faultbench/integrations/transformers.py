@@ -185,6 +185,7 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
                 "expected a transformers Trainer that has built its optimizer"
             )
         optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+        self._stop_reading()  # a run that raised out of train() never reached on_train_end
         if self.monitor is None:
             self._shift = _is_causal_lm(model)
             self.monitor = Monitor(model, optimizer, every=self.every, kind=self._kind_of(model))
@@ -237,10 +238,7 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Stop reading; diagnose the job so far and print the report."""
         trainer = self._trainer
-        self._unwrap_training_step()
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        self._stop_reading()
         if self.monitor is None:
             return
         self._had_state = bool(self.monitor.optimizer.state)
@@ -280,7 +278,11 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
 
         trainer.training_step = training_step
 
-    def _unwrap_training_step(self) -> None:
+    def _stop_reading(self) -> None:
+        """Put the Trainer's ``training_step`` back and take the forward hook off."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
         trainer, self._trainer = self._trainer, None
         if trainer is None:
             return
