@@ -162,7 +162,7 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
         self.report: DoctorReport | None = None
         self.resumes: list[Resume] = []
         self._shift = False  # a causal LM: its labels are shifted inside the model
-        self._had_state = False  # whether the optimizer held state when the last run ended
+        self._had_state = False  # whether the optimizer held state at the last update
         self._trainer: Any = None  # the Trainer now training, its training_step wrapped
         self._saved: Any = None  # its own training_step attribute before (None: the class's)
         self._hook: Any = None
@@ -205,6 +205,7 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
         """Record the update: the optimizer has stepped, the gradients are still there."""
         if self.monitor is None:
             return
+        self._had_state = bool(self.monitor.optimizer.state)  # also if train() raises later
         loss: torch.Tensor | float = math.nan if self._loss is None else self._loss
         if self._last is None:
             self.monitor.step(loss)
@@ -241,7 +242,6 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
         self._stop_reading()
         if self.monitor is None:
             return
-        self._had_state = bool(self.monitor.optimizer.state)
         self.monitor.close()
         if self.monitor.trace().steps == 0:
             return
