@@ -45,7 +45,7 @@ def test_every_shipped_diagnoser_keeps_its_contract(name: str) -> None:
 
 class Broken:
     name = "broken"
-    tuned_on = ["digits"]  # a list, not a set
+    tuned_on = ("digits",)  # a tuple, not a set
     reads_trace = "yes"
     subset_seeds = 0
     instrument = "no-such-instrument"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from faultbench.reporting.leaderboard import alarms_by_axis, per_task, rows

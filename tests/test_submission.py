@@ -54,7 +54,9 @@ def test_a_result_file_holds_every_answer_with_its_run_key(board: tuple[Path, Pa
     assert found.source == "rules-v1" and found.contract["tuned_on"] == ["digits"]
     assert set(found.software) >= {"python", "torch", "platform"} and found.seconds >= 0
     grid = found.answers[found.answers["suite"] == "grid"]
-    planned = plan(get_task("digits"), "classic", seeds=1, faults=["lr_too_high"], store=Store(store))
+    planned = plan(
+        get_task("digits"), "classic", seeds=1, faults=["lr_too_high"], store=Store(store)
+    )
     assert sorted(grid["key"]) == sorted(spec.key() for spec in planned.specs)
     suite = found.answers[found.answers["suite"] == "realbugs"]
     assert sorted(suite["level"]) == ["faulty", "fixed"] and set(suite["prefix"]) == {1.0}
