@@ -78,7 +78,7 @@ def mcnemar_p(only_first: int, only_second: int) -> float:
 
 def bootstrap(
     samples: Sequence[np.ndarray],
-    statistic: Callable[..., float],
+    statistic: Callable[..., Any],
     *,
     paired: bool = False,
     vectorized: bool = False,

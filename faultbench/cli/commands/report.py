@@ -273,7 +273,7 @@ def generate(
     full = [r for r in scored if r.grid == "full" and r.every == DEFAULT_EVERY]
     every_step = [r for r in scored if r.grid == "full" and r.every == 1]
     grids: dict[str, report.Grid] = {task: report.load_grid(task, seeds, store) for task in tasks}
-    trained += sum(r.trained for r in [*scored, *suite])
+    trained += sum(r.trained for r in scored) + sum(r.trained for r in suite)
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
@@ -312,11 +312,11 @@ def generate(
     # The leaderboard from the result files alone (a diagnoser scored by its own target,
     # TrainCheck, stands beside these), as `faultbench leaderboard` assembles it.
     assembled = assemble.load(out, board)
-    readme = out.resolve().parent / "README.md"  # the project's headline, where it has markers
+    project = out.resolve().parent / "README.md"  # the project's headline, where it has markers
     board_files = assemble.write(
-        assembled, board, out, evidence=evidence_from(store), readme=readme
+        assembled, board, out, evidence=evidence_from(store), readme=project
     )
-    written += [p for p in board_files if p != readme]  # README.md is no file of results/
+    written += [p for p in board_files if p != project]  # no file of results/
     if answers is not None:
         written += write_realbugs(answers, out)
         written += write_validity(grid_rates(frame), answers, out)
