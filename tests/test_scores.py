@@ -136,3 +136,5 @@ def test_the_bootstrap_interval_matches_a_resampling_done_by_hand() -> None:
     assert low == pytest.approx(np.percentile(by_hand, 2.5), abs=0.01)
     assert high == pytest.approx(np.percentile(by_hand, 97.5), abs=0.01)
     assert bootstrap([np.ones(5), np.ones(3)], lambda x, y: 1.0) == (1.0, 1.0)
+    low, high = bootstrap([a, np.ones(1)], lambda x, y: (x.mean() + y.mean()) / 2)
+    assert low < (a.mean() + 1) / 2 < high  # a sample of one resamples as itself

@@ -105,6 +105,8 @@ def bootstrap(
     arrays = tuple(np.asarray(s, dtype=float) for s in samples)
     if not arrays or any(a.size == 0 for a in arrays):
         return float("nan"), float("nan")
+    # a sample of one run resamples as itself, every time (scipy asks for two)
+    arrays = tuple(np.repeat(a, 2) if a.size == 1 else a for a in arrays)
     if all(np.all(a == a[0]) for a in arrays):  # no spread: every resample says the same
         value = float(statistic(*arrays, axis=-1) if vectorized else statistic(*arrays))
         return value, value
