@@ -146,6 +146,15 @@ class Counting(_Base):
         return Diagnosis("healthy" if run.trace.val_acc[-1] > 0.5 else "too_small_model")
 
 
+class Sampling(_Base):
+    """Says which steps its run's trace recorded (the sampling the run was built at)."""
+
+    name = "sampling"
+
+    def diagnose(self, run: Run) -> Diagnosis:
+        return Diagnosis("healthy", evidence={"steps": [int(s) for s in run.trace.stat_steps]})
+
+
 class Probing(_Base):
     """Takes a few probe steps, so that probe counting across the process boundary shows."""
 

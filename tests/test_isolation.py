@@ -22,7 +22,7 @@ from conftest import DIGITS_CONDITIONS
 from faultbench.faults.fault import canonical_conditions
 from faultbench.scoring.evaluate import evaluate, run_for
 from faultbench.scoring.harness import diagnose_safely
-from faultbench.scoring.worker import GRACE, TERM_WAIT, DiagnosisWorker
+from faultbench.scoring.worker import GRACE, TERM_WAIT, DiagnosisWorker, TaskRuns
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task
 from faultbench.training.engine import LocalEngine
@@ -110,6 +110,20 @@ def test_one_worker_serves_every_diagnosis_and_probe_steps_come_back(
     assert [o.probe_steps for o in outcomes] == [3, 4, 5]
     report = evaluate(bad.Probing(), "digits", seeds=3, conditions=ONE, store=shared_store_root)
     assert [r.probe_steps for r in report.results] == [3, 4, 5]
+
+
+def test_one_worker_serves_the_next_suite_it_is_handed(digits_grid):
+    task, record = _digits(), digits_grid[("healthy", 0)]
+    with DiagnosisWorker(bad.Sampling(), None, timeout=30) as worker:
+        outcomes = {}
+        for every in (20, 1):
+            worker.use(TaskRuns(task, every))
+            outcomes[every] = worker.diagnose(record)
+        assert worker.started == 1
+    for every, outcome in outcomes.items():
+        expected = run_for(record, task, every).trace.stat_steps
+        assert outcome.evidence["steps"] == [int(s) for s in expected]
+    assert len(outcomes[1].evidence["steps"]) > len(outcomes[20].evidence["steps"])
 
 
 @pytest.mark.parametrize("isolate", [False, True])

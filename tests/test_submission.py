@@ -11,19 +11,26 @@ import pytest
 
 from faultbench.cli.main import main
 from faultbench.reporting import resultfile
+from faultbench.reporting.submission import score
 from faultbench.scoring import evaluate as evaluate_module
+from faultbench.scoring import worker as worker_module
+from faultbench.scoring.board import Board
 from faultbench.scoring.plan import plan
 from faultbench.storage.records import RunRecord
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
+from faultbench.training.engine import LocalEngine
 
 CASE = "aihwkit_simple_layer_zero_grad"  # the cheapest real-bug case (~0.05 s a form)
+FAULT = "frozen_layer"  # three variants without a knob: three runs on the full grid's base
+HEALTHY = 2  # healthy drawn runs of the full grid: each counted once per design axis
 SHIPPED = ("always-healthy", "rules-v1")  # read the trace alone: no probe to train
 NEW = "my-rule"  # made by faultbench new-diagnoser
 NEW_CLASS = "my_rule.diagnoser:MyRuleDiagnoser"
-# The module's board: the digits grid runs the session trains, and one real-bug case.
-BOARD = ["--task", "digits", "--seeds", "1", "--grids", "classic", "--faults", "lr_too_high"]
-BOARD += ["--cases", CASE]
+# The module's board: one task (its classic seed 0 is the session's digits grid), one
+# fault, one run per fault cell of the full grid, and one real-bug case.
+BOARD = ["--task", "digits", "--seeds", "1", "--fault-seeds", "1"]
+BOARD += ["--healthy-seeds", str(HEALTHY), "--faults", FAULT, "--cases", CASE]
 
 
 def _args(store: Path, results: Path) -> list[str]:
@@ -38,10 +45,15 @@ def _files(root: Path) -> dict[str, bytes]:
 def board(
     digits_grid: dict[tuple[str, int], RunRecord],
     shared_store_root: Path,
+    pool: LocalEngine,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, Path]:
     """The shipped diagnosers' result files and the leaderboard made of them."""
     results = tmp_path_factory.mktemp("results")
+    # The board's runs trained on the session's warm pool (the command would start its own).
+    the_board = Board(("digits",), ("digits",), classic_seeds=1, fault_seeds=1,
+                      healthy_seeds=HEALTHY, cases=(CASE,), faults=(FAULT,))  # fmt: skip
+    score("always-healthy", the_board, store=Store(shared_store_root), engine=pool, timeout=60)
     for name in SHIPPED:
         assert main(["score", "--diagnoser", name, *_args(shared_store_root, results)]) == 0
     assert main(["leaderboard", *_args(shared_store_root, results)]) == 0
@@ -53,10 +65,8 @@ def test_a_result_file_holds_every_answer_with_its_run_key(board: tuple[Path, Pa
     found = resultfile.read(results / "diagnosers" / "rules-v1.json")
     assert found.source == "rules-v1" and found.contract["tuned_on"] == ["digits"]
     assert set(found.software) >= {"python", "torch", "platform"} and found.seconds >= 0
-    grid = found.answers[found.answers["suite"] == "grid"]
-    planned = plan(
-        get_task("digits"), "classic", seeds=1, faults=["lr_too_high"], store=Store(store)
-    )
+    grid = found.answers[(found.answers["suite"] == "grid") & (found.answers["grid"] == "classic")]
+    planned = plan(get_task("digits"), "classic", seeds=1, faults=[FAULT], store=Store(store))
     assert sorted(grid["key"]) == sorted(spec.key() for spec in planned.specs)
     suite = found.answers[found.answers["suite"] == "realbugs"]
     assert sorted(suite["level"]) == ["faulty", "fixed"] and set(suite["prefix"]) == {1.0}
@@ -65,10 +75,11 @@ def test_a_result_file_holds_every_answer_with_its_run_key(board: tuple[Path, Pa
 def test_the_headline_holds_what_the_answers_say(board: tuple[Path, Path]) -> None:
     _, results = board
     answers = pd.read_csv(results / "diagnosers" / "rules-v1.csv", keep_default_na=False)
-    classic = answers[answers["grid"] == "classic"]
-    known = classic[classic["truth"] == "lr_too_high"]
-    healthy = classic[classic["truth"] == "healthy"]
-    identification = (known["predicted"] == "lr_too_high").mean()
+    full = answers[(answers["grid"] == "full") & (answers["every"] == 20)]
+    known = full[full["truth"] == FAULT]
+    healthy = full[full["truth"] == "healthy"]
+    assert len(known) == 3 and len(healthy) == HEALTHY
+    identification = (known["predicted"] == FAULT).mean()
     alarms = (healthy["predicted"] != "healthy").mean()
     table = pd.read_csv(results / "leaderboard.csv", dtype=str).set_index("diagnoser")
     assert table.loc["rules-v1", "score"].startswith(f"{(identification + 1 - alarms) / 2:.3f}")
@@ -90,7 +101,12 @@ def test_a_new_diagnoser_joins_and_only_its_file_and_the_board_change(
     before = _files(results)
     assert main(["new-diagnoser", NEW, "--dir", str(tmp_path)]) == 0
     monkeypatch.chdir(tmp_path / NEW)  # installed nothing: it is imported from here
+    spawned = _count_spawns(monkeypatch)
     assert main(["score", "--diagnoser", NEW_CLASS, *_args(store, results)]) == 0
+    answers = resultfile.read(results / "diagnosers" / f"{NEW}.json").answers
+    evaluations = answers.groupby(["suite", "grid", "every"]).ngroups
+    assert evaluations == 4 and spawned == [1]  # classic, full at 20 and 1, real bugs
+    assert set(answers["status"]) == {"ok"}  # each suite's runs built as that suite builds them
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the leaderboard diagnosed a run")
@@ -108,6 +124,19 @@ def test_a_new_diagnoser_joins_and_only_its_file_and_the_board_change(
     assert main(["leaderboard", *_args(store, results), "--verify", "20"]) == 0
     said = capsys.readouterr().out
     assert all(f"verified {name}: 20 answers" in said for name in (*SHIPPED, NEW))
+    assert spawned == [2]  # and one for the answers drawn from each of its suites
+
+
+def _count_spawns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the worker processes started from now on."""
+    count, spawn = [0], worker_module._spawn
+
+    def counted():  # type: ignore[no-untyped-def]
+        count[0] += 1
+        return spawn()
+
+    monkeypatch.setattr(worker_module, "_spawn", counted)
+    return count
 
 
 def _edit_one_answer(results: Path, name: str) -> pd.DataFrame:
@@ -180,20 +209,15 @@ def test_a_file_of_other_runs_or_another_board_is_refused_with_the_fix(
     assert "faultbench score --diagnoser always-healthy" in err
 
 
-def test_the_full_grid_gives_the_headline_and_the_design_axes(
-    digits_grid: dict[tuple[str, int], RunRecord], shared_store_root: Path, tmp_path: Path
-) -> None:
-    args = ["--task", "digits", "--fault-seeds", "1", "--healthy-seeds", "2", "--seeds", "1"]
-    args += ["--faults", "frozen_layer", "--cases", "none", "--store", str(shared_store_root)]
-    args += ["--results", str(tmp_path)]
-    assert main(["score", "--diagnoser", "always-healthy", *args, "--workers", "1"]) == 0
-    assert main(["leaderboard", *args]) == 0
-    answers = resultfile.read(tmp_path / "diagnosers" / "always-healthy.json").answers
+def test_the_full_grid_gives_the_headline_and_the_design_axes(board: tuple[Path, Path]) -> None:
+    _, results = board
+    answers = resultfile.read(results / "diagnosers" / "rules-v1.json").answers
     full = answers[answers["grid"] == "full"]
     assert sorted(set(full["every"])) == [1, 20] and (full["base"] >= 0).all()
-    axes = pd.read_csv(tmp_path / "false_alarms_by_axis.csv")
+    axes = pd.read_csv(results / "false_alarms_by_axis.csv")
     assert {"optimizer", "depth", "norm"} <= set(axes["axis"])
-    assert (axes.groupby("axis")["runs"].sum() == 2).all()  # each healthy drawn run, once
-    kinds = pd.read_csv(tmp_path / "leaderboard_kinds.csv")
-    assert list(kinds["kind"]) == ["multiclass"]
-    assert (tmp_path / "leaderboard_levels.png").read_bytes()[:4] == b"\x89PNG"
+    mine = axes[axes["diagnoser"] == "rules-v1"]
+    assert (mine.groupby("axis")["runs"].sum() == HEALTHY).all()  # each healthy run, once
+    kinds = pd.read_csv(results / "leaderboard_kinds.csv")
+    assert set(kinds["kind"]) == {"multiclass"} and len(kinds) == len(SHIPPED)
+    assert (results / "leaderboard_levels.png").read_bytes()[:4] == b"\x89PNG"

@@ -13,6 +13,7 @@ against the installed code and runs, and re-diagnose a sample of it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import platform
@@ -40,7 +41,7 @@ from faultbench.scoring.contract import Contract, contract_of
 from faultbench.scoring.diagnosis import Diagnoser, get_diagnoser, ships_with_faultbench
 from faultbench.scoring.evaluate import Report, diagnoser_for, evaluate
 from faultbench.scoring.suite import TaskSuite
-from faultbench.scoring.worker import wants_worker
+from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunSpec, loads
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task, get_task
@@ -112,10 +113,12 @@ def score(
     diag = get_diagnoser(diagnoser)
     contract = contract_of(diag)
     start = time.perf_counter()
-    reports = [
-        _evaluate(ev, board, store, engine, timeout, isolate, progress)
-        for ev in board.evaluations(diagnoser, contract)
-    ]
+    with one_worker(diag, isolate, timeout) as worker:
+        asked = diag if worker is not None else diagnoser  # the object the worker holds
+        reports = [
+            _evaluate(ev, asked, board, store, engine, timeout, isolate, progress, worker)
+            for ev in board.evaluations(diagnoser, contract)
+        ]
     rows = [row for r in reports for row in rows_of(r, _kind_of(r.task))]
     result = ResultFile(
         diagnoser=diag.name,
@@ -132,28 +135,45 @@ def score(
     return result, reports
 
 
+@contextlib.contextmanager
+def one_worker(
+    diag: Diagnoser, isolate: bool | None, timeout: float
+) -> Iterator[DiagnosisWorker | None]:
+    """One worker process for every evaluation of ``diag`` (None where it diagnoses in this
+    process): each start costs its imports, a second or more."""
+    in_worker, _ = wants_worker(diag, isolate)
+    if not in_worker:
+        yield None
+        return
+    with DiagnosisWorker(diag, None, timeout=timeout) as worker:  # each suite hands over
+        yield worker  # its runs
+
+
 def _evaluate(
     ev: Evaluation,
+    asked: str | Diagnoser,
     board: Board,
     store: Store,
     engine: Engine | None,
     timeout: float,
     isolate: bool | None,
     progress: bool | None,
+    worker: DiagnosisWorker | None = None,
 ) -> Report:
     if ev.grid == REALBUGS:
         cases = all_cases() if board.cases is None else tuple(map(get_case, board.cases))
         return evaluate(
-            ev.diagnoser,
+            asked,
             RealBugSuite(cases),
             store=store,
             engine=engine,
             timeout=timeout,
             isolate=isolate,
             progress=progress,
+            worker=worker,
         )
     return evaluate(
-        ev.diagnoser,
+        asked,
         ev.task,
         seeds=ev.seeds,
         grid=ev.grid,
@@ -165,6 +185,7 @@ def _evaluate(
         timeout=timeout,
         isolate=isolate,
         progress=progress,
+        worker=worker,
     )
 
 
@@ -255,25 +276,26 @@ def verify(result: ResultFile, k: int, *, store: Store, seed: int | None = None)
     if contract.prepare is not None:
         contract.prepare(store=store, engine=None)
     differ = []
-    for (suite, task, every), part in drawn.groupby(["suite", "task", "every"], sort=False):
-        runs = (
-            RealBugSuite(all_cases()).runs()
-            if suite == REALBUGS
-            else TaskSuite(get_task(task), every=int(every)).runs()
-        )
-        in_worker, _ = wants_worker(diag, None)
-        with diagnoser_for(diag, runs, result.timeout, in_worker) as diagnose:
-            diagnose.start()
-            for row, record in _records(part, contract, store):
-                outcome = diagnose.diagnose(record)
-                now = (outcome.status, outcome.label, "+".join(outcome.also))
-                then = (row.status, row.predicted, row.also)
-                if now != then:
-                    differ.append(
-                        f"{row.task}/{row.condition}/seed {row.seed} (every {row.every}): the "
-                        f"file says {'/'.join(then).rstrip('/')}, the diagnoser now says "
-                        f"{'/'.join(now).rstrip('/')}"
-                    )
+    groups = drawn.groupby(["suite", "task", "every"], sort=False)
+    with one_worker(diag, None, result.timeout) as worker:
+        for (suite, task, every), part in groups:
+            runs = (
+                RealBugSuite(all_cases()).runs()
+                if suite == REALBUGS
+                else TaskSuite(get_task(task), every=int(every)).runs()
+            )
+            with diagnoser_for(diag, runs, result.timeout, worker is not None, worker) as diagnose:
+                diagnose.start()
+                for row, record in _records(part, contract, store):
+                    outcome = diagnose.diagnose(record)
+                    now = (outcome.status, outcome.label, "+".join(outcome.also))
+                    then = (row.status, row.predicted, row.also)
+                    if now != then:
+                        differ.append(
+                            f"{row.task}/{row.condition}/seed {row.seed} (every {row.every}): "
+                            f"the file says {'/'.join(then).rstrip('/')}, the diagnoser now "
+                            f"says {'/'.join(now).rstrip('/')}"
+                        )
     return differ
 
 

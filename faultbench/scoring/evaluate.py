@@ -386,6 +386,7 @@ def evaluate(
     timeout: float = DEFAULT_TIMEOUT,
     isolate: bool | None = None,
     progress: bool | None = None,
+    worker: DiagnosisWorker | None = None,
 ) -> Report:
     """Score ``diagnoser`` on every run of a suite: a task's grid, or any :class:`Suite`.
 
@@ -428,6 +429,10 @@ def evaluate(
             (see :mod:`faultbench.scoring.worker`). None: yes, unless the
             diagnoser ships with faultbench or its class lives in ``__main__``.
         progress: Progress lines on stderr; False hides them.
+        worker: Where to diagnose when ``diagnoser`` runs in a worker process: this
+            one, handed this suite's runs and left open for the caller's next
+            evaluation (one process for a diagnoser's every evaluation of a board);
+            it must hold ``diagnoser`` itself (the object, as prepared here).
 
     Returns:
         The report.
@@ -473,7 +478,7 @@ def evaluate(
     in_worker, note = wants_worker(diag, isolate)
     # A worker refuses a diagnoser it cannot be sent (pickled) here, before any training;
     # answers are stored for shipped diagnosers only, which never need a worker.
-    with diagnoser_for(diag, suite.runs(), timeout, in_worker) as diagnose:
+    with diagnoser_for(diag, suite.runs(), timeout, in_worker, worker) as diagnose:
         the_plan = suite.plan(store=the_store, engine=engine, progress=progress)
         the_plan = the_plan.with_instruments(refs)
         specs = the_plan.specs
@@ -550,12 +555,21 @@ class Diagnose(Protocol):
 
 @contextlib.contextmanager
 def diagnoser_for(
-    diag: Diagnoser, runs: Callable[[RunRecord], Run], timeout: float, in_worker: bool
+    diag: Diagnoser,
+    runs: Callable[[RunRecord], Run],
+    timeout: float,
+    in_worker: bool,
+    worker: DiagnosisWorker | None = None,
 ) -> Iterator[Diagnose]:
     """Where ``diag`` diagnoses the records ``runs`` turns into runs: a worker process that
-    is killed at ``timeout`` (``in_worker``), or this process."""
+    is killed at ``timeout`` (``in_worker``): ``worker``, kept open, when given; or this
+    process."""
     if not in_worker:
         yield _InProcess(diag, runs, timeout)
+        return
+    if worker is not None:
+        worker.use(runs)
+        yield worker
         return
     with DiagnosisWorker(diag, None, timeout=timeout, runs=runs) as worker:  # refuses an
         yield worker  # unpicklable one

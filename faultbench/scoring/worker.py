@@ -14,7 +14,9 @@ the limit, which keeps the process; a diagnosis that has not answered
 :data:`GRACE` seconds later is sent SIGTERM, then SIGKILL, and recorded as a
 ``timeout``; a worker that dies is recorded as ``crashed``. The next diagnosis
 starts a fresh worker; otherwise one worker serves every diagnosis, so the
-cost is one process start per evaluation plus the record's trip through a pipe.
+cost is one process start plus the record's trip through a pipe. A worker can be
+handed another suite's run builder (:meth:`DiagnosisWorker.use`), so one process
+serves a diagnoser's every evaluation of a board.
 """
 
 from __future__ import annotations
@@ -61,8 +63,15 @@ class TaskRuns:
         return run_for(record, self.task, self.every)
 
 
+@dataclass(frozen=True)
+class _Runs:
+    """The message that hands a live worker the run builder of the records that follow."""
+
+    payload: bytes  # the pickled builder (unpickled there, after the driver's sys.path)
+
+
 class DiagnosisWorker:
-    """One worker process serving the diagnoses of one diagnoser on one task.
+    """One worker process serving the diagnoses of one diagnoser, one suite at a time.
 
     Args:
         diagnoser: The diagnoser; it is pickled here (by reference to its class,
@@ -70,7 +79,8 @@ class DiagnosisWorker:
         task: The task the records belong to (pickled too).
         timeout: Seconds one diagnosis may take (positive).
         runs: Builds a run from a record instead of ``task`` (the real-bug suite's
-            records are no task's); pickled, so a module-level class.
+            records are no task's); pickled, so a module-level class. With neither,
+            :meth:`use` hands over the builder before the first diagnosis.
 
     Raises:
         FaultbenchError: ``timeout`` is not positive, or the diagnoser cannot be pickled.
@@ -86,26 +96,50 @@ class DiagnosisWorker:
     ) -> None:
         self.timeout = check_timeout(timeout)
         self.name = diagnoser.name
-        if runs is None and task is None:
-            raise ValueError("DiagnosisWorker needs a task or a run builder (runs=)")
         self._diagnoser = diagnoser
-        self._runs = runs if runs is not None else TaskRuns(task)  # type: ignore[arg-type]
         self._payload = b""
         self._pickled()  # refuse an unpicklable diagnoser now, before any work
+        if runs is None and task is not None:
+            runs = TaskRuns(task)
+        self._built = self._pickled_runs(runs) if runs is not None else b""
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self.started = 0  # worker processes started, for the overhead measurements
 
     def _pickled(self) -> bytes:
-        # The task goes whole: rebuilding a shipped one takes longer than the pipe.
         try:
-            return pickle.dumps((self._diagnoser, self._runs))
+            return pickle.dumps(self._diagnoser)
         except Exception as exc:
             raise FaultbenchError(
                 f"diagnoser '{self.name}' cannot be sent to a worker process: "
                 f"{type(exc).__name__}: {exc}; expected a class defined in an importable "
                 "module (or run it in this process: evaluate(..., isolate=False), --in-process)"
             ) from None
+
+    def _pickled_runs(self, runs: Callable[[RunRecord], Run]) -> bytes:
+        # The task goes whole: rebuilding a shipped one takes longer than the pipe.
+        try:
+            return pickle.dumps(runs)
+        except Exception as exc:
+            raise FaultbenchError(
+                f"the runs of '{self.name}' cannot be sent to a worker process: "
+                f"{type(exc).__name__}: {exc}; expected a module-level run builder"
+            ) from None
+
+    def use(self, runs: Callable[[RunRecord], Run]) -> None:
+        """Build the records that follow with ``runs`` (another suite's, or the same task
+        read at another sampling), in the live worker if there is one: no new process.
+
+        Raises:
+            FaultbenchError: ``runs`` cannot be pickled.
+        """
+        self._built = self._pickled_runs(runs)
+        if self._proc is None or self._conn is None or self._proc.poll() is not None:
+            return  # the next start hands it over
+        try:
+            self._conn.send(_Runs(self._built))
+        except OSError:  # it died while idle: the next diagnosis starts a fresh one
+            self.close(kill=True)
 
     def __enter__(self) -> DiagnosisWorker:
         return self
@@ -124,12 +158,14 @@ class DiagnosisWorker:
         """
         if self._proc is not None and self._proc.poll() is None:
             return
+        if not self._built:
+            raise ValueError("a worker needs a task or a run builder (runs=, or use())")
         self._payload = self._payload or self._pickled()
         proc, conn = _spawn()
         self._proc, self._conn = proc, conn
         self.started += 1
         _LIVE.add(self)
-        conn.send((sys.path, self._payload, self.timeout))
+        conn.send((sys.path, self._payload, self._built, self.timeout))
         kind, value = self._receive(START_LIMIT)
         if kind != "ready":
             why = value if kind == "failed" else _start_failure(kind, proc)
@@ -308,9 +344,9 @@ def serve(read_fd: int, write_fd: int) -> None:
     faulthandler.enable()  # a segfault leaves its traceback on stderr
     conn = _Pipe(read_fd, write_fd)
     try:
-        path, payload, timeout = conn.recv()
+        path, payload, built, timeout = conn.recv()
         sys.path[:] = path  # the driver's: the diagnoser's module must import as it did there
-        diagnoser, runs = pickle.loads(payload)
+        diagnoser, runs = pickle.loads(payload), pickle.loads(built)
         labels()  # the registries load now (plug-ins included), not inside the first time limit
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
@@ -323,7 +359,23 @@ def serve(read_fd: int, write_fd: int) -> None:
             return
         if record is None:
             return
+        if isinstance(record, _Runs):  # the next suite's records follow
+            runs = _unpickled_runs(record.payload)
+            continue
         conn.send(_answer(conn, diagnoser, runs, record, timeout))
+
+
+def _unpickled_runs(payload: bytes) -> Callable[[RunRecord], Run]:
+    """The run builder sent; one that does not load fails each of its runs, not the worker."""
+    try:
+        return pickle.loads(payload)  # type: ignore[no-any-return]
+    except Exception as exc:
+        why = f"its run builder does not load here: {type(exc).__name__}: {exc}"
+
+        def broken(record: RunRecord) -> Run:
+            raise FaultbenchError(why)
+
+        return broken
 
 
 def _answer(
