@@ -1,4 +1,5 @@
-"""The paper: built from results/, every number traced to a CSV cell, none typed by hand."""
+"""The paper: a Jinja2 template built from results/, every number traced to a CSV cell, none
+typed by hand."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
+import jinja2
 import pandas as pd
 import pytest
+from jinja2 import nodes
 
 from faultbench.cli.main import main
 from faultbench.core.errors import FaultbenchError
-from faultbench.reporting.paper import KEYS, PLACEHOLDER, build
+from faultbench.reporting.pages import KEYS
+from faultbench.reporting.paper import build
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO / "paper" / "paper.md"
+SOURCE = REPO / "paper" / "paper.md.j2"
 RESULTS = REPO / "results"
+TAGS = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.S)  # Jinja2's, expressions included
 
 
 class _Numbers(HTMLParser):
@@ -63,8 +68,17 @@ def _csv_value(results: Path, key: str) -> str:
     return str(frame.iloc[0][parts[-1]])
 
 
+def _calls(source: str) -> list[tuple[str, list[str]]]:
+    """Every call in the template, in order: (name, its constant arguments)."""
+    tree = jinja2.Environment().parse(source)
+    return [
+        (call.node.name, [arg.value for arg in call.args])  # type: ignore[attr-defined]
+        for call in tree.find_all(nodes.Call)
+    ]
+
+
 def _scalar_keys(source: str) -> list[str]:
-    return [k for k in PLACEHOLDER.findall(source) if not k.startswith(("table:", "figure:"))]
+    return [":".join([n, *a]) for n, a in _calls(source) if n not in ("table", "figure")]
 
 
 @pytest.fixture
@@ -81,17 +95,18 @@ def test_every_number_in_the_paper_equals_its_csv_cell(built: Path) -> None:
 
 
 def test_paper_source_types_no_number() -> None:
-    prose = PLACEHOLDER.sub("", SOURCE.read_text())
+    prose = TAGS.sub("", SOURCE.read_text())
     # A number starts a token; a digit inside a name (`rules-v1`) is part of the name.
     assert re.findall(r".{0,20}(?<!\w)\d.{0,20}", prose) == []
 
 
 def test_paper_includes_every_table_and_figure(built: Path) -> None:
     page = built.read_text()
-    placeholders = PLACEHOLDER.findall(SOURCE.read_text())
-    tables = [k for k in placeholders if k.startswith("table:")]
+    calls = _calls(SOURCE.read_text())
+    tables = [args for name, args in calls if name == "table"]
     assert page.count("<table>") == len(tables) >= 5
-    figures = [k.removeprefix("figure:") for k in placeholders if k.startswith("figure:")]
+    figures = [args[0] for name, args in calls if name == "figure"]
+    assert len(figures) >= 3
     for figure in figures:
         copied = built.parent / "figures" / figure.replace("/", "-")
         assert copied.read_bytes() == (RESULTS / figure).read_bytes()
@@ -117,31 +132,29 @@ def test_a_changed_csv_changes_the_paper(tmp_path: Path) -> None:
     ("placeholder", "message"),
     [
         (
-            "faults:digits:huge_input:first_loss_mean",
+            'faults("digits", "huge_input", "first_loss_mean")',
             "Unknown row of faults.csv 'digits:huge_input'. Did you mean 'digits:huge_inputs'?",
         ),
         (
-            "faults:digits:huge_inputs:first_los_mean",
+            'faults("digits", "huge_inputs", "first_los_mean")',
             "Unknown column of faults.csv 'first_los_mean'. Did you mean 'first_loss_mean'?",
         ),
+        ('scors("random", "digits", "accuracy")', "Unknown name 'scors'. Did you mean 'scores'?"),
         (
-            "scors:random:digits:accuracy",
-            "Unknown placeholder kind 'scors'. Did you mean 'scores'?",
+            'scores("random", "accuracy")',
+            "scores('random', 'accuracy') is malformed; expected scores(DIAGNOSER, TASK, COLUMN)",
         ),
-        (
-            "scores:random:accuracy",
-            "placeholder '{{scores:random:accuracy}}' is malformed; "
-            "expected scores:DIAGNOSER:TASK:COLUMN",
-        ),
-        ("table:score", "Unknown table 'score'. Did you mean 'scores'?"),
-        ("figure:curves/digitz.png", "curves/digitz.png' not found; run `faultbench report` first"),
+        ('table("score")', "Unknown table 'score'. Did you mean 'scores'?"),
+        ('figure("curves/digitz.png")', "curves/digitz.png' not found; run `faultbench report`"),
+        ("defaults.healthy_seed", "has no attribute 'healthy_seed'"),
+        ('faults("digits", "healthy"', "unexpected '}', expected ')'"),  # a syntax error
     ],
 )
-def test_unknown_placeholder_fails_the_build_naming_the_line(
+def test_an_unknown_name_fails_the_build_naming_the_line(
     placeholder: str, message: str, tmp_path: Path
 ) -> None:
-    source = tmp_path / "paper.md"
-    source.write_text(f"# Title\n\nThe value is {{{{{placeholder}}}}}.\n")
+    source = tmp_path / "paper.md.j2"
+    source.write_text(f"# Title\n\nThe value is {{{{ {placeholder} }}}}.\n")
     with pytest.raises(
         FaultbenchError, match=re.escape(f"{source}:3: ") + ".*" + re.escape(message)
     ):

@@ -1,4 +1,4 @@
-"""``faultbench paper``: build the paper from ``paper/paper.md`` and ``results/``."""
+"""``faultbench paper``: build the paper from ``paper/paper.md.j2`` and ``results/``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ HELP = "build paper/build/paper.html, every number filled in from results/"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``paper``."""
     parser.add_argument(
-        "--source", default="paper/paper.md", help="Markdown source (default: paper/paper.md)"
+        "--source",
+        default="paper/paper.md.j2",
+        help="the Jinja2 template of Markdown (default: paper/paper.md.j2)",
     )
     parser.add_argument(
         "--results",
