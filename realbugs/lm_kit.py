@@ -1,0 +1,178 @@
+"""What the language-model cases share: generated token data, a small decoder, the evaluation.
+
+Everything a bug lives in (the labels, the attention's mask, the loss's normalization,
+the checkpoint, the split) stays in the case's own file. What is here is what every
+reporter's script does the same way: token rows of generated text (no download),
+prompt -> answer pairs padded to one width, a nanoGPT-sized decoder, the correct
+next-token labels of those pairs, and the evaluation (greedy exact match of the
+answers, next-token accuracy and loss).
+
+Ids 0, 1, 2 are ``<pad>``, ``<bos>``, ``<eos>`` in every generated vocabulary, as in
+the benchmark's own sequence tasks (:mod:`faultbench.tasks.sequences`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from faultbench.faults.tokens import greedy_exact_match
+from faultbench.faults.transformer import transformer
+from faultbench.tasks.sequences import IGNORE, next_token_labels
+
+__all__ = [
+    "BOS",
+    "EOS",
+    "FIRST",
+    "IGNORE",
+    "PAD",
+    "Pairs",
+    "answer_labels",
+    "documents",
+    "exact_match",
+    "gpt",
+    "next_labels",
+    "next_token_scores",
+    "pairs",
+]
+
+PAD, BOS, EOS = 0, 1, 2  # the specials of every generated vocabulary
+FIRST = 3  # the first ordinary token id
+
+
+def _chain(rng: np.random.Generator, tokens: int, concentration: float) -> np.ndarray:
+    """A Markov chain's transition matrix over ``tokens`` ordinary tokens (each row peaked)."""
+    return rng.dirichlet(np.full(tokens, concentration), size=tokens)
+
+
+def documents(
+    seed: int, n: int, length: int, *, vocab: int, concentration: float = 0.1
+) -> torch.Tensor:
+    """``n`` rows of ``length`` ordinary tokens from one peaked Markov chain: generated text
+    whose next token is predictable but not certain (its entropy is the loss's floor)."""
+    rng = np.random.default_rng(seed)
+    tokens = vocab - FIRST
+    transition = _chain(rng, tokens, concentration)
+    out = np.zeros((n, length), dtype=np.int64)
+    out[:, 0] = rng.integers(0, tokens, size=n)
+    cumulative = transition.cumsum(1)
+    for t in range(1, length):
+        draws = rng.random(n)[:, None]
+        out[:, t] = np.minimum((draws > cumulative[out[:, t - 1]]).sum(1), tokens - 1)
+    return torch.from_numpy(out + FIRST)
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Prompt -> answer examples, one row each: ``<bos> prompt answer <eos> <pad>...``."""
+
+    tokens: torch.Tensor  # (n, width) int64, right-padded with PAD
+    prompt: torch.Tensor  # (n,) tokens of the prompt, <bos> included
+    length: torch.Tensor  # (n,) real tokens: <bos>, prompt, answer and <eos>
+    unit: torch.Tensor  # (n,) the source unit (document, conversation) each example came from
+
+    def rows(self, index: torch.Tensor | slice) -> Pairs:
+        """The examples at ``index``."""
+        return Pairs(self.tokens[index], self.prompt[index], self.length[index], self.unit[index])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """1 on real tokens, 0 on padding (the tokenizer's ``attention_mask``)."""
+        return (torch.arange(self.tokens.shape[1])[None, :] < self.length[:, None]).long()
+
+
+def pairs(
+    seed: int,
+    n: int,
+    *,
+    vocab: int,
+    width: int,
+    words: tuple[int, int] = (2, 6),
+    rule: str = "reverse",
+) -> Pairs:
+    """``n`` examples whose prompt is 2..6 (``words``) random ordinary tokens and whose answer
+    is a function of it (``rule``): ``reverse`` (the prompt backwards), ``map`` (each token
+    through one fixed permutation of the vocabulary) or ``sort``.
+
+    Raises:
+        ValueError: an unknown ``rule``, or a ``width`` too narrow for the longest example.
+    """
+    if rule not in ("reverse", "map", "sort"):
+        raise ValueError(f"rule={rule!r}; expected reverse, map or sort")
+    if width < 2 * words[1] + 2:
+        raise ValueError(f"width={width} cannot hold a prompt and answer of {words[1]} words")
+    rng = np.random.default_rng(seed)
+    table = rng.permutation(vocab - FIRST) + FIRST
+    out = np.full((n, width), PAD, dtype=np.int64)
+    prompt, length = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for row in range(n):
+        k = int(rng.integers(words[0], words[1] + 1))
+        said = rng.integers(FIRST, vocab, size=k)
+        answer = {"reverse": said[::-1], "map": table[said - FIRST], "sort": np.sort(said)}[rule]
+        ids = [BOS, *said, *answer, EOS]
+        out[row, : len(ids)] = ids
+        prompt[row], length[row] = 1 + k, len(ids)
+    units = torch.arange(n)
+    return Pairs(torch.from_numpy(out), torch.from_numpy(prompt), torch.from_numpy(length), units)
+
+
+def answer_labels(p: Pairs) -> torch.Tensor:
+    """The correct labels of ``p``, aligned with the logits: position ``t`` predicts token
+    ``t + 1``, only the answer's tokens (its ``<eos>`` included) count, the rest are IGNORE."""
+    return torch.from_numpy(next_token_labels(p.tokens.numpy(), p.prompt.numpy(), p.length.numpy()))
+
+
+def next_labels(labels: torch.Tensor) -> torch.Tensor:
+    """``labels`` (one per input position, as a collator makes them from ``input_ids``)
+    moved to the position that predicts them: position ``t`` gets label ``t + 1``, the last
+    position IGNORE (what a causal model's loss does inside before comparing)."""
+    ignored = torch.full_like(labels[:, :1], IGNORE)
+    return torch.cat([labels[:, 1:], ignored], 1)
+
+
+def gpt(vocab: int, context: int, *, width: int = 32, layers: int = 2, heads: int = 4) -> nn.Module:
+    """nanoGPT at a toy size (:mod:`faultbench.faults.transformer`): causal, no dropout."""
+    names = tuple(f"layer{i + 1}" for i in range(layers))
+    return transformer(
+        vocab=vocab,
+        context=context,
+        widths=(width,) * layers,
+        heads=heads,
+        activation=nn.GELU,
+        dropout=0.0,
+        block_names=names,
+    )
+
+
+@torch.no_grad()
+def exact_match(model: nn.Module, p: Pairs) -> float:
+    """Share of ``p`` whose answer greedy decoding from the prompt writes exactly (``<eos>``
+    included), the model in eval mode meanwhile."""
+    was = model.training
+    model.eval()
+    hits = greedy_exact_match(model, p.tokens, p.prompt, p.length, PAD)
+    model.train(was)
+    return float(hits.float().mean())
+
+
+@torch.no_grad()
+def next_token_scores(
+    model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor
+) -> tuple[float, float]:
+    """(loss, accuracy) of the model's logits on ``tokens`` against ``labels`` (aligned with
+    the logits, IGNORE skipped), the model in eval mode meanwhile."""
+    was = model.training
+    model.eval()
+    logits = model(tokens)
+    model.train(was)
+    counted = labels != IGNORE
+    loss = F.cross_entropy(logits[counted], labels[counted])
+    hits = (logits[counted].argmax(-1) == labels[counted]).float().mean()
+    return float(loss), float(hits)
