@@ -32,12 +32,12 @@ DATA = (
 )
 SYMPTOM = Symptom("min_loss", below=0.1)  # copying the visible token drives the loss to ~0
 SEED = 0
-EPOCHS = 5
+EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain text for the ELI5 subset"
 FIDELITY_MODEL = "stand-in: MBartForCausalLM at 2 layers, width 32, from a config"
 FIDELITY_CODE = "stand-in: our loop; the unshifted loss is MBartForCausalLM's own formula"
 REPORTED_EFFECT = "the model copies its input during training (no numbers given)"
-REENACTED_EFFECT = "training loss falls to 0.03 (copying) against the twin's floor of 1.6"
+REENACTED_EFFECT = "training loss falls to 0.05 (copying) against the twin's floor of 1.7"
 OBSERVED = True
 VOCAB, WIDTH = 24, 24
 

@@ -31,12 +31,12 @@ DATA = (
 )
 SYMPTOM = Symptom("min_loss", below=0.1)  # the reported collapse of the loss to ~0
 SEED = 0
-EPOCHS = 5
+EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated patch vectors and Markov-chain captions"
 FIDELITY_MODEL = "stand-in: a 2-layer joint decoder of width 32 for the Qwen3-0.6B VLM"
 FIDELITY_CODE = "stand-in: our loop; labels = input_ids and an unshifted loss, as reported"
 REPORTED_EFFECT = "loss 8.6 -> 0.0015 at step 380 -> 0.0000 at step 980"
-REENACTED_EFFECT = "loss falls to about 0.02 against the twin's floor of about 1.4"
+REENACTED_EFFECT = "loss falls to 0.03 against the twin's floor of 1.4"
 OBSERVED = True
 VOCAB, CAPTION, PATCHES, FEATURES, SCENES, WIDTH = 24, 10, 4, 16, 12, 32
 
