@@ -32,6 +32,7 @@ __all__ = [
     "PAD",
     "Pairs",
     "answer_labels",
+    "chain",
     "documents",
     "exact_match",
     "gpt",
@@ -44,19 +45,29 @@ PAD, BOS, EOS = 0, 1, 2  # the specials of every generated vocabulary
 FIRST = 3  # the first ordinary token id
 
 
-def _chain(rng: np.random.Generator, tokens: int, concentration: float) -> np.ndarray:
-    """A Markov chain's transition matrix over ``tokens`` ordinary tokens (each row peaked)."""
-    return rng.dirichlet(np.full(tokens, concentration), size=tokens)
+def chain(seed: int, vocab: int, *, concentration: float = 0.1) -> np.ndarray:
+    """A Markov chain's transition matrix over the ordinary tokens of ``vocab`` (each row
+    peaked: a small ``concentration`` makes the next token more certain)."""
+    tokens = vocab - FIRST
+    return np.random.default_rng(seed).dirichlet(np.full(tokens, concentration), size=tokens)
 
 
 def documents(
-    seed: int, n: int, length: int, *, vocab: int, concentration: float = 0.1
+    seed: int,
+    n: int,
+    length: int,
+    *,
+    vocab: int,
+    concentration: float = 0.1,
+    transition: np.ndarray | None = None,
 ) -> torch.Tensor:
-    """``n`` rows of ``length`` ordinary tokens from one peaked Markov chain: generated text
-    whose next token is predictable but not certain (its entropy is the loss's floor)."""
-    rng = np.random.default_rng(seed)
+    """``n`` rows of ``length`` ordinary tokens walked along a Markov chain (``transition``,
+    or else :func:`chain` of ``seed``): generated text whose next token is predictable but
+    not certain (the chain's entropy is the loss's floor)."""
+    if transition is None:
+        transition = chain(seed, vocab, concentration=concentration)
+    rng = np.random.default_rng(seed + 1)
     tokens = vocab - FIRST
-    transition = _chain(rng, tokens, concentration)
     out = np.zeros((n, length), dtype=np.int64)
     out[:, 0] = rng.integers(0, tokens, size=n)
     cumulative = transition.cumsum(1)
