@@ -13,6 +13,7 @@ the benchmark's own sequence tasks (:mod:`faultbench.tasks.sequences`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,7 @@ __all__ = [
     "FIRST",
     "IGNORE",
     "PAD",
+    "Decoder",
     "Pairs",
     "answer_labels",
     "chain",
@@ -160,6 +162,45 @@ def gpt(vocab: int, context: int, *, width: int = 32, layers: int = 2, heads: in
         dropout=0.0,
         block_names=names,
     )
+
+
+class _Block(nn.Module):
+    """Pre-norm block around any attention module (``attention(x)`` returns the output, or
+    ``(output, weights)`` as ``nn.MultiheadAttention`` does)."""
+
+    def __init__(self, width: int, attention: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = nn.LayerNorm(width), attention
+        self.mlp_norm = nn.LayerNorm(width)
+        wide = 4 * width
+        self.mlp = nn.Sequential(nn.Linear(width, wide), nn.GELU(), nn.Linear(wide, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        attended = self.attn(self.attn_norm(x))
+        x = x + (attended[0] if isinstance(attended, tuple) else attended)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Decoder(nn.Module):
+    """A decoder-only model around the case's own attention: ``attention(layer)`` builds the
+    attention module of block ``layer`` (where a reporter's mask lives)."""
+
+    def __init__(
+        self, vocab: int, context: int, attention: Callable[[int], nn.Module], *, layers: int = 2
+    ) -> None:
+        super().__init__()
+        width = attention(0).width
+        self.token = nn.Embedding(vocab, width)
+        self.position = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(_Block(width, attention(i)) for i in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.token(ids) + self.position.weight[: ids.shape[1]]
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.norm(h))
 
 
 @torch.no_grad()
