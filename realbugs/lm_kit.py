@@ -31,6 +31,7 @@ __all__ = [
     "FIRST",
     "IGNORE",
     "PAD",
+    "SEP",
     "Decoder",
     "Pairs",
     "answer_labels",
@@ -44,7 +45,8 @@ __all__ = [
 ]
 
 PAD, BOS, EOS = 0, 1, 2  # the specials of every generated vocabulary
-FIRST = 3  # the first ordinary token id
+SEP = 3  # ends a prompt (a chat template's "### Response:"); documents never use it
+FIRST = 4  # the first ordinary token id
 
 
 def chain(seed: int, vocab: int, *, concentration: float = 0.1) -> np.ndarray:
@@ -81,10 +83,10 @@ def documents(
 
 @dataclass(frozen=True)
 class Pairs:
-    """Prompt -> answer examples, one row each: ``<bos> prompt answer <eos> <pad>...``."""
+    """Prompt -> answer examples, one row each: ``<bos> prompt <sep> answer <eos> <pad>...``."""
 
     tokens: torch.Tensor  # (n, width) int64, right-padded with PAD
-    prompt: torch.Tensor  # (n,) tokens of the prompt, <bos> included
+    prompt: torch.Tensor  # (n,) tokens of the prompt, <bos> and <sep> included
     length: torch.Tensor  # (n,) real tokens: <bos>, prompt, answer and <eos>
     unit: torch.Tensor  # (n,) the source unit (document, conversation) each example came from
 
@@ -119,7 +121,7 @@ def pairs(
     """
     if rule not in ("reverse", "map", "sort"):
         raise ValueError(f"rule={rule!r}; expected reverse, map or sort")
-    if width < 2 * words[1] + 2:
+    if width < 2 * words[1] + 3:
         raise ValueError(f"width={width} cannot hold a prompt and answer of {words[1]} words")
     rng = np.random.default_rng(seed)
     table = rng.permutation(vocab - FIRST) + FIRST
@@ -129,9 +131,9 @@ def pairs(
         k = int(rng.integers(words[0], words[1] + 1))
         said = rng.integers(FIRST, vocab, size=k)
         answer = {"reverse": said[::-1], "map": table[said - FIRST], "sort": np.sort(said)}[rule]
-        ids = [BOS, *said, *answer, EOS]
+        ids = [BOS, *said, SEP, *answer, EOS]
         out[row, : len(ids)] = ids
-        prompt[row], length[row] = 1 + k, len(ids)
+        prompt[row], length[row] = 2 + k, len(ids)
     units = torch.arange(n)
     return Pairs(torch.from_numpy(out), torch.from_numpy(prompt), torch.from_numpy(length), units)
 
