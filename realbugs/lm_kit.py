@@ -114,13 +114,14 @@ def pairs(
 ) -> Pairs:
     """``n`` examples whose prompt is 2..6 (``words``) random ordinary tokens and whose answer
     is a function of it (``rule``): ``reverse`` (the prompt backwards), ``map`` (each token
-    through one fixed permutation of the vocabulary) or ``sort``.
+    through one fixed permutation of the vocabulary), ``sort``, or ``ends`` (its first and
+    last tokens through that permutation: a short answer to a long prompt).
 
     Raises:
         ValueError: an unknown ``rule``, or a ``width`` too narrow for the longest example.
     """
-    if rule not in ("reverse", "map", "sort"):
-        raise ValueError(f"rule={rule!r}; expected reverse, map or sort")
+    if rule not in ("reverse", "map", "sort", "ends"):
+        raise ValueError(f"rule={rule!r}; expected reverse, map, sort or ends")
     if width < 2 * words[1] + 3:
         raise ValueError(f"width={width} cannot hold a prompt and answer of {words[1]} words")
     rng = np.random.default_rng(seed)
@@ -130,7 +131,12 @@ def pairs(
     for row in range(n):
         k = int(rng.integers(words[0], words[1] + 1))
         said = rng.integers(FIRST, vocab, size=k)
-        answer = {"reverse": said[::-1], "map": table[said - FIRST], "sort": np.sort(said)}[rule]
+        answer = {
+            "reverse": said[::-1],
+            "map": table[said - FIRST],
+            "sort": np.sort(said),
+            "ends": table[said[[0, -1]] - FIRST],
+        }[rule]
         ids = [BOS, *said, SEP, *answer, EOS]
         out[row, : len(ids)] = ids
         prompt[row], length[row] = 2 + k, len(ids)
