@@ -39,6 +39,7 @@ __all__ = [
     "documents",
     "exact_match",
     "gpt",
+    "mixed",
     "next_labels",
     "next_token_scores",
     "pairs",
@@ -114,14 +115,16 @@ def pairs(
 ) -> Pairs:
     """``n`` examples whose prompt is 2..6 (``words``) random ordinary tokens and whose answer
     is a function of it (``rule``): ``reverse`` (the prompt backwards), ``map`` (each token
-    through one fixed permutation of the vocabulary), ``sort``, or ``ends`` (its first and
-    last tokens through that permutation: a short answer to a long prompt).
+    through one fixed permutation of the vocabulary), ``sort``, ``ends`` (its first and
+    last tokens through that permutation: a short answer to a long prompt) or ``noise``
+    (one random token: a reply no model can predict).
 
     Raises:
         ValueError: an unknown ``rule``, or a ``width`` too narrow for the longest example.
     """
-    if rule not in ("reverse", "map", "sort", "ends"):
-        raise ValueError(f"rule={rule!r}; expected reverse, map, sort or ends")
+    rules = ("reverse", "map", "sort", "ends", "noise")
+    if rule not in rules:
+        raise ValueError(f"rule={rule!r}; expected one of {rules}")
     if width < 2 * words[1] + 3:
         raise ValueError(f"width={width} cannot hold a prompt and answer of {words[1]} words")
     rng = np.random.default_rng(seed)
@@ -131,17 +134,37 @@ def pairs(
     for row in range(n):
         k = int(rng.integers(words[0], words[1] + 1))
         said = rng.integers(FIRST, vocab, size=k)
-        answer = {
-            "reverse": said[::-1],
-            "map": table[said - FIRST],
-            "sort": np.sort(said),
-            "ends": table[said[[0, -1]] - FIRST],
-        }[rule]
+        answer = _answer(rule, said, table, rng, vocab)
         ids = [BOS, *said, SEP, *answer, EOS]
         out[row, : len(ids)] = ids
         prompt[row], length[row] = 2 + k, len(ids)
     units = torch.arange(n)
     return Pairs(torch.from_numpy(out), torch.from_numpy(prompt), torch.from_numpy(length), units)
+
+
+def _answer(
+    rule: str, said: np.ndarray, table: np.ndarray, rng: np.random.Generator, vocab: int
+) -> np.ndarray:
+    if rule == "reverse":
+        return said[::-1]
+    if rule == "map":
+        return table[said - FIRST]
+    if rule == "sort":
+        return np.sort(said)
+    if rule == "ends":
+        return table[said[[0, -1]] - FIRST]
+    return rng.integers(FIRST, vocab, size=1)  # noise: drawn only for this rule
+
+
+def mixed(first: Pairs, second: Pairs, *, share: float, seed: int) -> Pairs:
+    """Row by row, an example of ``first`` (with probability ``share``) or of ``second``."""
+    pick = torch.from_numpy(np.random.default_rng(seed).random(len(first)) < share)
+    return Pairs(
+        torch.where(pick[:, None], first.tokens, second.tokens),
+        torch.where(pick, first.prompt, second.prompt),
+        torch.where(pick, first.length, second.length),
+        torch.arange(len(first)),
+    )
 
 
 def answer_labels(p: Pairs) -> torch.Tensor:
