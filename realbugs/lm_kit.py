@@ -43,6 +43,7 @@ __all__ = [
     "next_labels",
     "next_token_scores",
     "pairs",
+    "windows",
 ]
 
 PAD, BOS, EOS = 0, 1, 2  # the specials of every generated vocabulary
@@ -80,6 +81,15 @@ def documents(
         draws = rng.random(n)[:, None]
         out[:, t] = np.minimum((draws > cumulative[out[:, t - 1]]).sum(1), tokens - 1)
     return torch.from_numpy(out + FIRST)
+
+
+def windows(docs: torch.Tensor, length: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every ``length``-token window of each row of ``docs``, ``stride`` apart, and the row
+    (the source unit: a document, a speaker's lines) each window came from."""
+    starts = range(0, docs.shape[1] - length + 1, stride)
+    rows = [docs[d, s : s + length] for d in range(len(docs)) for s in starts]
+    units = torch.arange(len(docs)).repeat_interleave(len(starts))
+    return torch.stack(rows), units
 
 
 @dataclass(frozen=True)
