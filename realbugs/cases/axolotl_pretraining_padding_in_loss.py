@@ -72,7 +72,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     mask = (~padding).long()
     data = torch.utils.data.TensorDataset(tokens[train], mask[train], labels[train])
     loader = kit.batches_of(data, 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, attention, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -12,8 +12,8 @@ from faultbench.realbugs import Symptom, kit
 SOURCE = "https://github.com/tyshiwo1/DiM-DiffusionMamba/issues/5"
 REPORTED = (
     "After an unexpected interruption, relaunching the training command resumed from "
-    "125000.ckpt, but the learning rate started again from its initial state (the "
-    "reporter's learning-rate plots)."
+    "125000.ckpt, but the learning rate started again from its initial state (the reporter's "
+    "learning-rate plots)."
 )
 DIAGNOSIS = (
     "The maintainer confirmed that the model weights and the optimizer's statistics were "
@@ -92,7 +92,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     total = epochs * (len(X_tr) // 64 + 1)
     scheduler = warmup_cosine(optimizer, total)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr), 64)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="reconstruction")
     step = 0
     for _epoch in range(epochs):
         for (images,) in monitor.batches(loader):

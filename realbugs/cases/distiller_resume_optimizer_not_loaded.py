@@ -67,7 +67,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.SGD(model.parameters(), lr=INITIAL_LR, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [round(DECAY_AT * epochs)], 0.1)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr, y_tr), 64)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="multiclass")
     for epoch in range(epochs):
         if epoch == round(RESUME_AT * epochs):  # paused here, then --resume=checkpoint
             saved = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}

@@ -12,8 +12,8 @@ SOURCE = "https://github.com/fastai/fastai/issues/3023"
 REPORTED = (
     "With the GradientAccumulation callback (10 batches accumulated) the loss and the "
     "gradients suddenly exploded after a while; without accumulation they did not, and fewer "
-    "accumulated batches or a lower rate only delayed it (the callback's author, in "
-    "fastai2 pull request 194, which this issue links)."
+    "accumulated batches or a lower rate only delayed it (the callback's author, in fastai2 "
+    "pull request 194, which this issue links)."
 )
 DIAGNOSIS = (
     "The callback did not scale the loss by the number of accumulated batches, so the "
@@ -26,11 +26,11 @@ MODEL = "recurrent"
 OPTIMIZER = "SGD"
 DATA = (
     "Generated text (a peaked Markov chain over 20 tokens, rows of 20) and a 1-layer GRU "
-    "language model (width 48) stand in for the reporter's model; SGD with momentum "
-    "stands in for fastai's optimizer, since the summed gradient only changes an optimizer "
-    "that is not scale-invariant. 10 micro-batches of 8 are accumulated per update (one "
-    "forward of the 80 rows, the micro-batch losses summed, the same gradient). Accuracies "
-    "are next-token accuracy."
+    "language model (width 48) stand in for the reporter's model; SGD with momentum stands in "
+    "for fastai's optimizer, since the summed gradient only changes an optimizer that is not "
+    "scale-invariant. 10 micro-batches of 8 are accumulated per update (one forward of the 80 "
+    "rows, the micro-batch losses summed, the same gradient). Accuracies are next-token "
+    "accuracy."
 )
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss explodes after a while
 SEED = 0
@@ -82,7 +82,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     data = torch.utils.data.TensorDataset(tokens[train], labels[train])
     loader = kit.batches_of(data, ACCUMULATE * MICRO)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

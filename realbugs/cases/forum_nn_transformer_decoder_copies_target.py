@@ -25,9 +25,9 @@ MODEL = "transformer"
 OPTIMIZER = "Adam"
 DATA = (
     "Generated 'words' of 3 to 6 characters (18 letters) and a letter-by-letter substitution "
-    "of them stand in for the reporter's character pairs; a 1+1-layer nn.Transformer of "
-    "width 32, the target's causal mask in both forms. Accuracies are the exact match of "
-    "greedy decoding from the start token, as at inference."
+    "of them stand in for the reporter's character pairs; a 1+1-layer nn.Transformer of width "
+    "32, the target's causal mask in both forms. Accuracies are the exact match of greedy "
+    "decoding from the start token, as at inference."
 )
 SYMPTOM = Symptom("final_val_acc", below=0.2)  # no inference possible
 SEED = 0
@@ -115,7 +115,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(packed[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for inputs, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -25,10 +25,10 @@ LABEL = "causal_mask_missing"
 MODEL = "transformer"
 OPTIMIZER = "AdamW"
 DATA = (
-    "Generated text (a peaked Markov chain over 21 tokens, rows of 20 tokens) stands in for the "
-    "reporter's fine-tuning set; a 2-layer Gemma-2-style decoder of width 32 built here, its "
-    "first layer a sliding-window layer (window 4) and its second a global one, trained from "
-    "scratch. Accuracies are next-token accuracy."
+    "Generated text (a peaked Markov chain over 20 tokens, rows of 20 tokens) stands in for "
+    "the reporter's fine-tuning set; a 2-layer Gemma-2-style decoder of width 32 built here, "
+    "its first layer a sliding-window layer (window 4) and its second a global one, trained "
+    "from scratch. Accuracies are next-token accuracy."
 )
 SYMPTOM = Symptom("min_loss", below=0.3)  # the loss falls to ~0
 SEED = 0
@@ -37,7 +37,7 @@ FIDELITY_DATA = "stand-in: generated Markov-chain text for the fine-tuning set"
 FIDELITY_MODEL = "stand-in: a 2-layer Gemma-2-style decoder (one sliding, one global layer)"
 FIDELITY_CODE = "stand-in: our attention; the sliding-window line is the reported one"
 REPORTED_EFFECT = "training loss quickly drops to 0 (loss-curve figure, no numbers)"
-REENACTED_EFFECT = "training loss falls to 0.04 against the twin's floor of 1.4"
+REENACTED_EFFECT = "training loss falls to 0.05 against the twin's floor of 1.24"
 OBSERVED = True
 VOCAB, CONTEXT, WIDTH, HEADS, WINDOW = 24, 20, 32, 4, 4
 
@@ -84,7 +84,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=4e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

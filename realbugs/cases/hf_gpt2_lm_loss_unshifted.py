@@ -26,7 +26,7 @@ MODEL = "transformer"
 OPTIMIZER = "Adam"
 DATA = (
     "A 2-layer GPT2LMHeadModel built from a config is first pretrained on generated text (a "
-    "Markov chain over 21 tokens, shared by both forms and correct in both), then fine-tuned "
+    "Markov chain over 20 tokens, shared by both forms and correct in both), then fine-tuned "
     "on text of a related chain, lm_labels = input_ids. Accuracies are next-token accuracy on "
     "the fine-tuning text, shifted as generation uses the model; the first is measured before "
     "fine-tuning."
@@ -38,7 +38,7 @@ FIDELITY_DATA = "stand-in: generated Markov-chain text for pretraining and fine-
 FIDELITY_MODEL = "stand-in: GPT2LMHeadModel at 2 layers, width 32, pretrained here briefly"
 FIDELITY_CODE = "stand-in: our loop; the unshifted loss is the pre-fix GPT2LMHeadModel formula"
 REPORTED_EFFECT = "the language model is destroyed within a few steps (no numbers given)"
-REENACTED_EFFECT = "next-token accuracy falls from 0.18 to 0.07; the twin's rises to 0.39"
+REENACTED_EFFECT = "next-token accuracy falls from 0.22 to 0.06; the twin's rises to 0.41"
 OBSERVED = True
 VOCAB, WIDTH = 24, 24
 
@@ -128,7 +128,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train]), 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     evaluate()
     for _epoch in range(epochs):
         for (ids,) in monitor.batches(loader):

@@ -15,10 +15,10 @@ REPORTED = (
 )
 DIAGNOSIS = (
     "For a model whose forward does not accept the loss kwargs, each micro-batch's loss is "
-    "the mean over its own forward pass, and the Trainer, expecting a loss already divided "
-    "by the items of the whole accumulated batch, did not divide it by the accumulation steps: "
-    "the accumulated loss, and its gradient, were the sum over the micro-batches. A maintainer "
-    "confirmed; training still works, but not as it should."
+    "the mean over its own forward pass, and the Trainer, expecting a loss already divided by "
+    "the items of the whole accumulated batch, did not divide it by the accumulation steps: "
+    "the accumulated loss, and its gradient, were the sum over the micro-batches. A "
+    "maintainer confirmed; training still works, but not as it should."
 )
 LABEL = "loss_normalization"
 MODEL = "transformer"
@@ -26,9 +26,9 @@ OPTIMIZER = "AdamW"
 DATA = (
     "Generated text (a peaked Markov chain over 20 tokens, rows of 20 tokens) stands in for "
     "the reporter's data; the toy nanoGPT-sized decoder (2 layers, width 32), whose forward "
-    "takes no loss kwargs. 4 micro-batches of 8 are accumulated per update with the "
-    "Trainer's clipping at norm 1 (one forward of the 32 rows, the micro-batch losses summed "
-    "or averaged, the same gradient). Accuracies are next-token accuracy."
+    "takes no loss kwargs. 4 micro-batches of 8 are accumulated per update with the Trainer's "
+    "clipping at norm 1 (one forward of the 32 rows, the micro-batch losses summed or "
+    "averaged, the same gradient). Accuracies are next-token accuracy."
 )
 SYMPTOM = Symptom("min_loss", above=3.0)  # the logged loss is 4 times the real one
 SEED = 0
@@ -67,7 +67,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     data = torch.utils.data.TensorDataset(tokens[train], labels[train])
     loader = kit.batches_of(data, ACCUMULATE * MICRO)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

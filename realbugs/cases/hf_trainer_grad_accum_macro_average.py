@@ -26,9 +26,9 @@ DATA = (
     "Generated instruction data of two kinds stands in for the reporter's: 80% short replies "
     "(a 1-2 token prompt, one unpredictable reply token) and 20% long formulaic answers (a "
     "5-6 token prompt, its substitution); batches of 32 accumulated one example at a time "
-    "(batch 1, 32 accumulation steps) against one batch of 32; the toy nanoGPT-sized "
-    "decoder (2 layers, width 32). The validation loss and accuracy are per answer token, "
-    "as one big batch measures them."
+    "(batch 1, 32 accumulation steps) against one batch of 32; the toy nanoGPT-sized decoder "
+    "(2 layers, width 32). The validation loss and accuracy are per answer token, as one big "
+    "batch measures them."
 )
 SYMPTOM = Symptom("final_val_loss", above=1.9)  # worse than the same batch without accumulation
 SEED = 0
@@ -74,7 +74,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(pairs.tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -23,7 +23,7 @@ LABEL = "causal_mask_missing"
 MODEL = "transformer"
 OPTIMIZER = "Adam"
 DATA = (
-    "Generated text (a peaked Markov chain over 21 tokens, rows of 20 tokens) stands in for "
+    "Generated text (a peaked Markov chain over 20 tokens, rows of 20 tokens) stands in for "
     "WikiText-2; the validation rows are held-out generated text rather than the report's "
     "random ids, so that the twin's score means something. The reporter's Keras model is "
     "re-enacted in PyTorch: a 2-layer decoder whose attention wrapper calls "
@@ -37,7 +37,7 @@ FIDELITY_DATA = "stand-in: generated Markov-chain text for WikiText-2 and the ra
 FIDELITY_MODEL = "stand-in: a 2-layer PyTorch decoder of width 32 for the Keras model"
 FIDELITY_CODE = "stand-in: the wrapper's dropped argument re-enacted around nn.MultiheadAttention"
 REPORTED_EFFECT = "over 0.99 validation accuracy on random ids"
-REENACTED_EFFECT = "validation accuracy 0.97 against the twin's 0.45 (the chain's ceiling)"
+REENACTED_EFFECT = "validation accuracy 0.96 against the twin's 0.53 (the chain's ceiling)"
 OBSERVED = True
 VOCAB, CONTEXT, WIDTH = 24, 20, 32
 
@@ -78,7 +78,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

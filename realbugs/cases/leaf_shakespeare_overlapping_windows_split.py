@@ -19,18 +19,18 @@ DIAGNOSIS = (
     "Each sample is an 80-character window sliding one character at a time over a role's "
     "lines; splitting the windows at random puts a test window's characters, and its target, "
     "inside the training windows next to it, so the test score measures recall of the "
-    "training text. A split must keep the test text apart from the training text, such as "
-    "the end of each role's lines after a gap of one window."
+    "training text. A split must keep the test text apart from the training text, such as the "
+    "end of each role's lines after a gap of one window."
 )
 LABEL = "leaky_split"
 MODEL = "recurrent"
 OPTIMIZER = "Adam"
 DATA = (
     "24 generated 'roles' of 100 characters (a Markov chain over 20 letters) cut into "
-    "20-character windows one character apart stand in for the Shakespeare roles; a "
-    "1-layer LSTM (width 64) trained with Adam on every position's next character (faster "
-    "to memorize than the report's last-character target with SGD). Accuracies are "
-    "next-character accuracy on the test windows."
+    "20-character windows one character apart stand in for the Shakespeare roles; a 1-layer "
+    "LSTM (width 64) trained with Adam on every position's next character (faster to memorize "
+    "than the report's last-character target with SGD). Accuracies are next-character "
+    "accuracy on the test windows."
 )
 SYMPTOM = Symptom("final_val_acc", above=0.55)  # test accuracy too good to be true
 SEED = 0
@@ -91,7 +91,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train], labels[train]), 64)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -19,19 +19,19 @@ REPORTED = (
 DIAGNOSIS = (
     "The workflow loaded the checkpoint's weights but never passed resume_from_checkpoint to "
     "the trainer, so the optimizer's state and the learning-rate schedule (warmup, then "
-    "cosine) started over instead of continuing; passing it made the rate continue, and "
-    "the maintainer added the option."
+    "cosine) started over instead of continuing; passing it made the rate continue, and the "
+    "maintainer added the option."
 )
 LABEL = "resume_without_state"
 MODEL = "transformer"
 OPTIMIZER = "AdamW"
 DATA = (
-    "Generated instructions (a prompt of 2 to 5 tokens, its substitution as the answer) "
-    "stand in for the SFT set; the toy nanoGPT-sized decoder (2 layers, width 32) for "
-    "Baichuan-13B, trained from scratch. 192 updates, warmup 10 then cosine; the job is "
-    "interrupted after 144 and relaunched with the same configuration. The faulty form's "
-    "fresh optimizer is the same AdamW object emptied (so the Monitor keeps watching it). "
-    "Accuracies are the exact match of greedy decoding."
+    "Generated instructions (a prompt of 2 to 5 tokens, its substitution as the answer) stand "
+    "in for the SFT set; the toy nanoGPT-sized decoder (2 layers, width 32) for Baichuan-13B, "
+    "trained from scratch. 192 updates, warmup 10 then cosine; the job is interrupted after "
+    "144 and relaunched with the same configuration. The faulty form's fresh optimizer is the "
+    "same AdamW object emptied (so the Monitor keeps watching it). Accuracies are the exact "
+    "match of greedy decoding."
 )
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss settles above its low after resuming
 SEED = 0
@@ -79,7 +79,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     total = epochs * (1024 // 32)
     scheduler = cosine_with_warmup(optimizer, total)
     loader = kit.batches_of(torch.utils.data.TensorDataset(pairs.tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     step = 0
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):

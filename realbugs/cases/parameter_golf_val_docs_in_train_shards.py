@@ -16,21 +16,20 @@ REPORTED = (
 )
 DIAGNOSIS = (
     "The preparation script's defaults took the validation set from the first 50,000 "
-    "documents of the stream but started the training shards at document 10,000, so "
-    "documents 10,000 to 49,999 were in both: the model partly memorized them and was "
-    "scored on them as if held out. A disjoint partition, as in the canonical dataset's "
-    "manifest, is the fix."
+    "documents of the stream but started the training shards at document 10,000, so documents "
+    "10,000 to 49,999 were in both: the model partly memorized them and was scored on them as "
+    "if held out. A disjoint partition, as in the canonical dataset's manifest, is the fix."
 )
 LABEL = "leaky_split"
 MODEL = "transformer"
 OPTIMIZER = "AdamW"
 DATA = (
-    "A stream of 30 generated documents (100 tokens of a Markov chain over 20 tokens "
-    "each), cut into 20-token windows 4 apart: the first 10 are the validation documents, "
-    "and the training shards start at document 2 (faulty, 80% of the validation documents "
-    "inside) or at document 10 (fixed). The toy nanoGPT-sized decoder (2 layers, width 48) "
-    "stands in for the challenge's small GPTs. The validation loss and accuracy are "
-    "next-token ones on the validation documents (the loss in nats, not bits per byte)."
+    "A stream of 30 generated documents (100 tokens of a Markov chain over 20 tokens each), "
+    "cut into 20-token windows 4 apart: the first 10 are the validation documents, and the "
+    "training shards start at document 2 (faulty, 80% of the validation documents inside) or "
+    "at document 10 (fixed). The toy nanoGPT-sized decoder (2 layers, width 48) stands in for "
+    "the challenge's small GPTs. The validation loss and accuracy are next-token ones on the "
+    "validation documents (the loss in nats, not bits per byte)."
 )
 SYMPTOM = Symptom("final_val_loss", below=1.3)  # too good: the overlap is memorized
 SEED = 1
@@ -67,7 +66,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     data = torch.utils.data.TensorDataset(tokens[train], labels[train])
     loader = kit.batches_of(data, 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -24,9 +24,9 @@ MODEL = "transformer"
 OPTIMIZER = "AdamW"
 DATA = (
     "30 generated 'essays' (100 tokens of a Markov chain over 20 tokens each) cut into "
-    "20-token windows 4 apart; 6 essays are the validation set. The toy nanoGPT-sized "
-    "decoder (2 layers, width 48) stands in for ruGPT-3, trained from scratch for 8 epochs. "
-    "The validation loss and accuracy are next-token ones on the validation essays."
+    "20-token windows 4 apart; 6 essays are the validation set. The toy nanoGPT-sized decoder "
+    "(2 layers, width 48) stands in for ruGPT-3, trained from scratch for 8 epochs. The "
+    "validation loss and accuracy are next-token ones on the validation essays."
 )
 SYMPTOM = Symptom("final_val_loss", below=1.65)  # too good: the validation essays memorized
 SEED = 0
@@ -63,7 +63,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     data = torch.utils.data.TensorDataset(tokens[train], labels[train])
     loader = kit.batches_of(data, 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -17,8 +17,8 @@ REPORTED = (
 )
 DIAGNOSIS = (
     "The trainer's save_model and load_checkpoint saved and loaded the optimizer's state but "
-    "not lr_scheduler.state_dict(), so the resumed scheduler started from its first step. "
-    "The pull request saves and loads the scheduler's state too (it was closed in a "
+    "not lr_scheduler.state_dict(), so the resumed scheduler started from its first step. The "
+    "pull request saves and loads the scheduler's state too (it was closed in a "
     "reorganization of the repository, the maintainers asking for it again)."
 )
 LABEL = "resume_without_state"
@@ -87,7 +87,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     total = epochs * (800 // 32)
     scheduler = warmup_cosine(optimizer, total)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr, y_tr), 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="regression")
     step = 0
     for _epoch in range(epochs):
         for inputs, target in monitor.batches(loader):

@@ -11,9 +11,9 @@ from faultbench.realbugs import Symptom, kit, lm_kit
 SOURCE = "https://github.com/huggingface/trl/issues/1507"
 REPORTED = (
     "Reading the tutorial, a user took an instruction-following dataset format to be enough "
-    "for SFTTrainer to compute the loss on the completions only; the code showed that "
-    "without DataCollatorForCompletionOnlyLM the language-modeling collator is used and the "
-    "prompt counts too. Others had the same question."
+    "for SFTTrainer to compute the loss on the completions only; the code showed that without "
+    "DataCollatorForCompletionOnlyLM the language-modeling collator is used and the prompt "
+    "counts too. Others had the same question."
 )
 DIAGNOSIS = (
     "A maintainer confirmed that the dataset format alone does not mask the prompt: "
@@ -28,8 +28,8 @@ DATA = (
     "completion its first and last tokens through a fixed substitution, then <eos>), "
     "right-padded to 24 tokens, padding -100 in both forms as the collator does; the toy "
     "nanoGPT-sized decoder (2 layers, width 32) stands in for the user's model. Accuracies "
-    "are the exact match of greedy decoding from the prompt. No run was reported: the "
-    "symptom is the suite's choice, the completions' exact match."
+    "are the exact match of greedy decoding from the prompt. No run was reported: the symptom "
+    "is the suite's choice, the completions' exact match."
 )
 SYMPTOM = Symptom("final_val_acc", below=0.1)  # the completions are not learned
 SEED = 1
@@ -68,7 +68,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     mask = pairs.attention_mask
     data = torch.utils.data.TensorDataset(pairs.tokens[train], mask[train], labels[train])
     loader = kit.batches_of(data, 32)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind="next_token")
     for _epoch in range(epochs):
         for ids, attention, target in monitor.batches(loader):
             optimizer.zero_grad()
