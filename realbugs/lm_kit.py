@@ -224,13 +224,18 @@ class _Block(nn.Module):
 
 class Decoder(nn.Module):
     """A decoder-only model around the case's own attention: ``attention(layer)`` builds the
-    attention module of block ``layer`` (where a reporter's mask lives)."""
+    attention module of block ``layer`` (where a reporter's mask lives), of ``width``."""
 
     def __init__(
-        self, vocab: int, context: int, attention: Callable[[int], nn.Module], *, layers: int = 2
+        self,
+        vocab: int,
+        context: int,
+        attention: Callable[[int], nn.Module],
+        *,
+        width: int = 32,
+        layers: int = 2,
     ) -> None:
         super().__init__()
-        width = attention(0).width
         self.token = nn.Embedding(vocab, width)
         self.position = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(_Block(width, attention(i)) for i in range(layers))

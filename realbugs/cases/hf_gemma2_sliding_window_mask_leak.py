@@ -47,7 +47,7 @@ class Gemma2Attention(nn.Module):
 
     def __init__(self, layer: int, fixed: bool) -> None:
         super().__init__()
-        self.width, self.sliding, self.fixed = WIDTH, layer % 2 == 0, fixed
+        self.sliding, self.fixed = layer % 2 == 0, fixed
         self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
         self.proj = nn.Linear(WIDTH, WIDTH)
 
@@ -79,7 +79,10 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
 
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
-        return lm_kit.Decoder(VOCAB, CONTEXT, lambda layer: Gemma2Attention(layer, fixed))
+        return lm_kit.Decoder(VOCAB, CONTEXT, attention, width=WIDTH)
+
+    def attention(layer: int) -> nn.Module:
+        return Gemma2Attention(layer, fixed)
 
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=4e-3)

@@ -47,7 +47,7 @@ class DotProductAttention(nn.Module):
 
     def __init__(self, fixed: bool) -> None:
         super().__init__()
-        self.width, self.fixed = WIDTH, fixed
+        self.fixed = fixed
         self.mha = nn.MultiheadAttention(WIDTH, 4, batch_first=True)
 
     def forward(
@@ -73,7 +73,10 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
 
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
-        return lm_kit.Decoder(VOCAB, CONTEXT, lambda _layer: DotProductAttention(fixed))
+        return lm_kit.Decoder(VOCAB, CONTEXT, attention, width=WIDTH)
+
+    def attention(_layer: int) -> nn.Module:
+        return DotProductAttention(fixed)
 
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
