@@ -37,7 +37,7 @@ FIDELITY_DATA = "stand-in: generated Markov-chain text for the fine-tuning set"
 FIDELITY_MODEL = "stand-in: a 2-layer Gemma-2-style decoder (one sliding, one global layer)"
 FIDELITY_CODE = "stand-in: our attention; the sliding-window line is the reported one"
 REPORTED_EFFECT = "training loss quickly drops to 0 (loss-curve figure, no numbers)"
-REENACTED_EFFECT = "training loss falls to 0.05 against the twin's floor of 1.24"
+REENACTED_EFFECT = "training loss falls to 0.04 against the twin's floor of 1.26"
 OBSERVED = True
 VOCAB, CONTEXT, WIDTH, HEADS, WINDOW = 24, 20, 32, 4, 4
 

@@ -37,7 +37,7 @@ FIDELITY_DATA = "stand-in: generated Markov-chain text for WikiText-2 and the ra
 FIDELITY_MODEL = "stand-in: a 2-layer PyTorch decoder of width 32 for the Keras model"
 FIDELITY_CODE = "stand-in: the wrapper's dropped argument re-enacted around nn.MultiheadAttention"
 REPORTED_EFFECT = "over 0.99 validation accuracy on random ids"
-REENACTED_EFFECT = "validation accuracy 0.96 against the twin's 0.53 (the chain's ceiling)"
+REENACTED_EFFECT = "validation accuracy 0.97 against the twin's 0.53 (the chain's ceiling)"
 OBSERVED = True
 VOCAB, CONTEXT, WIDTH = 24, 20, 32
 
