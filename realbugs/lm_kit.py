@@ -35,6 +35,7 @@ __all__ = [
     "Decoder",
     "Pairs",
     "answer_labels",
+    "best_guess_accuracy",
     "chain",
     "documents",
     "exact_match",
@@ -90,6 +91,15 @@ def windows(docs: torch.Tensor, length: int, stride: int) -> tuple[torch.Tensor,
     rows = [docs[d, s : s + length] for d in range(len(docs)) for s in starts]
     units = torch.arange(len(docs)).repeat_interleave(len(starts))
     return torch.stack(rows), units
+
+
+def best_guess_accuracy(transition: np.ndarray, tokens: torch.Tensor) -> float:
+    """Share of the next tokens of ``tokens`` (rows walked along ``transition``) that the
+    chain's own best guess, each token's most likely successor, gets right: the next-token
+    accuracy no model can beat on them (a case's reference)."""
+    best = torch.from_numpy(transition.argmax(1) + FIRST)
+    previous, following = tokens[:, :-1], tokens[:, 1:]
+    return float((best[previous - FIRST] == following).double().mean())
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.tasks.kinds import get_kind
 
 SOURCE = "https://github.com/tyshiwo1/DiM-DiffusionMamba/issues/5"
 REPORTED = (
@@ -36,8 +37,8 @@ EPOCHS = 10
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for DiM's image latents"
 FIDELITY_MODEL = "stand-in: an MLP noise predictor for the Mamba diffusion model"
 FIDELITY_CODE = "stand-in: our loop; the resume restores the weights and optimizer only"
-REPORTED_EFFECT = "the rate restarts from its initial state (plots; no loss given)"
-REENACTED_EFFECT = "last tenth's loss 1.6 times its lowest (twin 1.02)"
+REPORTED_EFFECT = "none given: the rate restarts from its initial state (plots; no loss given)"
+REENACTED_EFFECT = "last tenth's loss 1.6 times its lowest, R² 0.50; the twin 1.02 and 0.70"
 OBSERVED = True
 WARMUP, RESUME_AT = 10, 180
 
@@ -68,6 +69,12 @@ class Denoiser(nn.Module):
         return self.net(noised_and_level)
 
 
+@torch.no_grad()
+def r2(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
+    """R² of the model's predictions (the regression kind's score)."""
+    return get_kind("regression").evaluate(model(X).numpy(), y.numpy())["r2"]
+
+
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     """Noise-prediction MSE, AdamW with warmup and cosine, resumed at RESUME_AT."""
     kit.seed_everything(SEED)
@@ -81,6 +88,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         return torch.cat([mixed, level], 1), noise
 
     val_in, val_noise = noised(X_va)
+    seen_in, seen_noise = noised(X_tr[:200])
 
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
@@ -92,7 +100,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     total = epochs * (len(X_tr) // 64 + 1)
     scheduler = warmup_cosine(optimizer, total)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr), 64)
-    monitor = Monitor(model, optimizer, every=1, kind="reconstruction")
+    monitor = Monitor(model, optimizer, every=1, kind="regression")
     step = 0
     for _epoch in range(epochs):
         for (images,) in monitor.batches(loader):
@@ -114,11 +122,11 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             optimizer.step()
             scheduler.step()
-            monitor.step(loss)
+            monitor.step(loss, out, noise)
             step += 1
         monitor.log_eval(
-            train_acc=float("nan"),
-            val_acc=float("nan"),
+            train_r2=r2(model, seen_in, seen_noise),
+            val_r2=r2(model, val_in, val_noise),
             val_loss=kit.mean_loss(model, loss_fn, val_in, val_noise),
         )
     probe_in, probe_noise = noised(X_tr)

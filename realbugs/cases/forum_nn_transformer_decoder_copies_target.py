@@ -35,7 +35,7 @@ EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated words and a letter substitution of them"
 FIDELITY_MODEL = "stand-in: nn.Transformer, 1 encoder and 1 decoder layer, width 32"
 FIDELITY_CODE = "stand-in: our loop; decoder input = the loss's target, as the reporter wrote"
-REPORTED_EFFECT = "learns to copy very quickly; inference impossible (no numbers given)"
+REPORTED_EFFECT = "none given: learns to copy very quickly; inference impossible"
 REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 1.00; training loss 0.04 in both"
 OBSERVED = True
 VOCAB, SOURCE_WIDTH, TARGET_WIDTH, WIDTH = 21, 6, 7, 32

@@ -35,9 +35,9 @@ SYMPTOM = Symptom("min_loss", below=0.3)  # the loss collapses to ~0
 SEED = 0
 EPOCHS = 3
 FIDELITY_DATA = "stand-in: generated Markov-chain text for the report's random tokens"
-FIDELITY_MODEL = "source's own: RoFormerForCausalLM, at 2 layers and width 32"
+FIDELITY_MODEL = "stand-in: RoFormerForCausalLM itself, at 2 layers and width 32"
 FIDELITY_CODE = "stand-in: is_decoder=False gives the regression's bidirectional mask"
-REPORTED_EFFECT = "loss to almost zero within a few hundred steps on random tokens"
+REPORTED_EFFECT = "none given: loss to almost zero within a few hundred steps on random tokens"
 REENACTED_EFFECT = "training loss falls to 0.17 in 96 steps against the twin's floor of 1.28"
 OBSERVED = True
 VOCAB, CONTEXT = 24, 20

@@ -37,7 +37,7 @@ EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated long prompts and two-token outputs"
 FIDELITY_MODEL = "stand-in: GPT2LMHeadModel at 2 layers, width 32, from a config"
 FIDELITY_CODE = "stand-in: our loop; labels = input_ids with only the padding masked"
-REPORTED_EFFECT = "none measured: the loss covers the prompt (found by reading the code)"
+REPORTED_EFFECT = "none given: the loss covers the prompt (found by reading the code)"
 REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 0.60 after 128 steps"
 OBSERVED = False
 VOCAB, WIDTH = 24, 24

@@ -9,6 +9,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.tasks.kinds import get_kind
 
 SOURCE = "https://github.com/PolymathicAI/the_well/pull/63"
 REPORTED = (
@@ -37,8 +38,8 @@ EPOCHS = 8
 FIDELITY_DATA = "stand-in: generated 1-D heat-equation snapshots"
 FIDELITY_MODEL = "stand-in: an MLP for The Well's surrogate models"
 FIDELITY_CODE = "stand-in: our loop; the checkpoint holds the model and optimizer only"
-REPORTED_EFFECT = "none measured: the schedule restarts (read in the code)"
-REENACTED_EFFECT = "last tenth's loss 2.3 times its lowest (twin 1.09)"
+REPORTED_EFFECT = "none given: the schedule restarts (read in the code)"
+REENACTED_EFFECT = "last tenth's loss 2.3 times its lowest (twin 1.09); R² 0.997 in both"
 OBSERVED = False
 POINTS, WARMUP, RESUME_AT = 32, 10, 150
 
@@ -69,6 +70,12 @@ def warmup_cosine(
         )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+@torch.no_grad()
+def r2(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
+    """R² of the model's predictions (the regression kind's score)."""
+    return get_kind("regression").evaluate(model(X).numpy(), y.numpy())["r2"]
 
 
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
@@ -108,11 +115,11 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             optimizer.step()
             scheduler.step()
-            monitor.step(loss)
+            monitor.step(loss, out, target)
             step += 1
         monitor.log_eval(
-            train_acc=float("nan"),
-            val_acc=float("nan"),
+            train_r2=r2(model, X_tr[:200], y_tr[:200]),
+            val_r2=r2(model, X_va, y_va),
             val_loss=kit.mean_loss(model, loss_fn, X_va, y_va),
         )
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=X_tr, y=y_tr)

@@ -35,7 +35,7 @@ EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated instruction pairs"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder for Mistral-7B"
 FIDELITY_CODE = "stand-in: our loop; the collator's rule (labels -100 where id == pad id)"
-REPORTED_EFFECT = "the model rarely, if ever, generates the end token"
+REPORTED_EFFECT = "none given: the model rarely, if ever, generates the end token"
 REENACTED_EFFECT = "exact match 0.00 (answers written, never ended) against the twin's 0.96"
 OBSERVED = True
 VOCAB, WIDTH = 24, 16
