@@ -33,6 +33,7 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_rebound", above=1.3)  # the loss climbs back after the resume
 SEED = 0
+KIND = "regression"  # what the task predicts (the Monitor's kind)
 EPOCHS = 10
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for DiM's image latents"
 FIDELITY_MODEL = "stand-in: an MLP noise predictor for the Mamba diffusion model"
@@ -100,7 +101,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     total = epochs * (len(X_tr) // 64 + 1)
     scheduler = warmup_cosine(optimizer, total)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr), 64)
-    monitor = Monitor(model, optimizer, every=1, kind="regression")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     step = 0
     for _epoch in range(epochs):
         for (images,) in monitor.batches(loader):

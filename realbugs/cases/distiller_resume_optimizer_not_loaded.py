@@ -31,6 +31,7 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss climbs back after the resume
 SEED = 0
+KIND = "multiclass"  # what the task predicts (the Monitor's kind)
 EPOCHS = 14
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for ImageNet"
 FIDELITY_MODEL = "stand-in: a two-convolution network for MobileNet"
@@ -67,7 +68,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.SGD(model.parameters(), lr=INITIAL_LR, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [round(DECAY_AT * epochs)], 0.1)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr, y_tr), 64)
-    monitor = Monitor(model, optimizer, every=1, kind="multiclass")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for epoch in range(epochs):
         if epoch == round(RESUME_AT * epochs):  # paused here, then --resume=checkpoint
             saved = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}

@@ -34,6 +34,7 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss explodes after a while
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 6
 FIDELITY_DATA = "stand-in: generated Markov-chain text"
 FIDELITY_MODEL = "stand-in: a 1-layer GRU language model"
@@ -82,7 +83,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     data = torch.utils.data.TensorDataset(tokens[train], labels[train])
     loader = kit.batches_of(data, ACCUMULATE * MICRO)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

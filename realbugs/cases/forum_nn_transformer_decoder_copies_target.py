@@ -31,6 +31,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.2)  # no inference possible
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated words and a letter substitution of them"
 FIDELITY_MODEL = "stand-in: nn.Transformer, 1 encoder and 1 decoder layer, width 32"
@@ -115,7 +116,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(packed[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for inputs, target in monitor.batches(loader):
             optimizer.zero_grad()

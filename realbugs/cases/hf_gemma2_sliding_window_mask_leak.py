@@ -32,6 +32,7 @@ DATA = (
 )
 SYMPTOM = Symptom("min_loss", below=0.3)  # the loss falls to ~0
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain text for the fine-tuning set"
 FIDELITY_MODEL = "stand-in: a 2-layer Gemma-2-style decoder (one sliding, one global layer)"
@@ -87,7 +88,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=4e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

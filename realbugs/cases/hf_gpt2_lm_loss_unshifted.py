@@ -33,6 +33,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.15)  # the language model destroyed
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 3
 FIDELITY_DATA = "stand-in: generated Markov-chain text for pretraining and fine-tuning"
 FIDELITY_MODEL = "stand-in: GPT2LMHeadModel at 2 layers, width 32, pretrained here briefly"
@@ -128,7 +129,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     evaluate()
     for _epoch in range(epochs):
         for (ids,) in monitor.batches(loader):

@@ -32,6 +32,7 @@ DATA = (
 )
 SYMPTOM = Symptom("min_loss", below=0.1)  # copying the visible token drives the loss to ~0
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain text for the ELI5 subset"
 FIDELITY_MODEL = "stand-in: MBartForCausalLM at 2 layers, width 32, from a config"
@@ -102,7 +103,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
     data = torch.utils.data.TensorDataset(tokens[train], mask[train], labels[train])
     loader = kit.batches_of(data, 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, attention, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -31,6 +31,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.3)  # the next token is not what was learned
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain stories for RocStories"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder for OpenAI GPT"
@@ -61,7 +62,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(stories[train], lm_labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

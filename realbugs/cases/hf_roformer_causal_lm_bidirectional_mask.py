@@ -33,6 +33,7 @@ DATA = (
 )
 SYMPTOM = Symptom("min_loss", below=0.3)  # the loss collapses to ~0
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 3
 FIDELITY_DATA = "stand-in: generated Markov-chain text for the report's random tokens"
 FIDELITY_MODEL = "stand-in: RoFormerForCausalLM itself, at 2 layers and width 32"
@@ -84,7 +85,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -32,6 +32,7 @@ DATA = (
 )
 SYMPTOM = Symptom("min_loss", above=3.0)  # the logged loss is 4 times the real one
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain text"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder without loss kwargs"
@@ -67,7 +68,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     data = torch.utils.data.TensorDataset(tokens[train], labels[train])
     loader = kit.batches_of(data, ACCUMULATE * MICRO)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -32,6 +32,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_loss", above=1.9)  # worse than the same batch without accumulation
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 5
 FIDELITY_DATA = "stand-in: generated short noisy replies and long formulaic answers"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder"
@@ -74,7 +75,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(pairs.tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -31,6 +31,7 @@ DATA = (
 )
 SYMPTOM = Symptom("min_loss", below=0.1)  # the reported collapse of the loss to ~0
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated patch vectors and Markov-chain captions"
 FIDELITY_MODEL = "stand-in: a 2-layer joint decoder of width 32 for the Qwen3-0.6B VLM"
@@ -110,7 +111,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(packed[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for inputs, target in monitor.batches(loader):
             optimizer.zero_grad()

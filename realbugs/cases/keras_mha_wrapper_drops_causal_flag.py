@@ -32,6 +32,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", above=0.8)  # accuracy too good to be true
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain text for WikiText-2 and the random ids"
 FIDELITY_MODEL = "stand-in: a 2-layer PyTorch decoder of width 32 for the Keras model"
@@ -81,7 +82,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

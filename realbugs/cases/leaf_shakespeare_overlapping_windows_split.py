@@ -34,6 +34,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", above=0.55)  # test accuracy too good to be true
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 7
 FIDELITY_DATA = "stand-in: generated Markov-chain 'roles' for Shakespeare's"
 FIDELITY_MODEL = "stand-in: a 1-layer LSTM of width 64 for the 2-layer LSTM"
@@ -91,7 +92,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train], labels[train]), 64)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

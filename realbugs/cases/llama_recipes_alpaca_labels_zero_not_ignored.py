@@ -34,6 +34,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.3)  # meaningless output
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated substitute-the-prompt instructions for Alpaca"
 FIDELITY_MODEL = "stand-in: LlamaForCausalLM at 2 layers, width 32, from a config"
@@ -90,7 +91,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     data = torch.utils.data.TensorDataset(pairs.tokens[train], mask[train], labels[train])
     loader = kit.batches_of(data, 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, attention, target in monitor.batches(loader):
             optimizer.zero_grad()

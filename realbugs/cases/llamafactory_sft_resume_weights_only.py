@@ -35,6 +35,7 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss settles above its low after resuming
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 6
 FIDELITY_DATA = "stand-in: generated instruction pairs for the SFT set"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder for Baichuan-13B"
@@ -79,7 +80,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     total = epochs * (1024 // 32)
     scheduler = cosine_with_warmup(optimizer, total)
     loader = kit.batches_of(torch.utils.data.TensorDataset(pairs.tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     step = 0
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):

@@ -33,6 +33,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.1)  # the outputs are not learned
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated long prompts and two-token outputs"
 FIDELITY_MODEL = "stand-in: GPT2LMHeadModel at 2 layers, width 32, from a config"
@@ -90,7 +91,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     data = torch.utils.data.TensorDataset(pairs.tokens[train], mask[train], labels[train])
     loader = kit.batches_of(data, 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, attention, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -35,6 +35,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_loss", below=1.0)  # the cycled rows' answers are recalled
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: two generated instruction sources"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder"
@@ -93,7 +94,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(train.tokens, labels), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

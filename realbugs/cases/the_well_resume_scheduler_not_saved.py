@@ -34,6 +34,7 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss climbs back after the resume
 SEED = 0
+KIND = "regression"  # what the task predicts (the Monitor's kind)
 EPOCHS = 8
 FIDELITY_DATA = "stand-in: generated 1-D heat-equation snapshots"
 FIDELITY_MODEL = "stand-in: an MLP for The Well's surrogate models"
@@ -94,7 +95,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     total = epochs * (800 // 32)
     scheduler = warmup_cosine(optimizer, total)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr, y_tr), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="regression")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     step = 0
     for _epoch in range(epochs):
         for inputs, target in monitor.batches(loader):

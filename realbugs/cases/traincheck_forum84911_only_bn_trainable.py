@@ -34,6 +34,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.5)  # the model does not learn
 SEED = 0
+KIND = "multiclass"  # what the task predicts (the Monitor's kind)
 EPOCHS = 6
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for CIFAR-100"
 FIDELITY_MODEL = "stand-in: a small conv-BN network for the pretrained EfficientNet-b0"
@@ -77,7 +78,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr, y_tr), 64)
-    monitor = Monitor(model, optimizer, every=1, kind="multiclass")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for inputs, target in monitor.batches(loader):
             optimizer.zero_grad()

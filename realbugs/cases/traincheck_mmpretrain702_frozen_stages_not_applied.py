@@ -35,6 +35,7 @@ DATA = (
 )
 SYMPTOM = Symptom("weight_change", above=1e-3, layer="stage1.0")  # the frozen stage trains
 SEED = 0
+KIND = "multiclass"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for CIFAR-10"
 FIDELITY_MODEL = "stand-in: a three-stage VGG-style network for VGG-19"
@@ -85,7 +86,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr, y_tr), 64)
-    monitor = Monitor(model, optimizer, every=1, kind="multiclass")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for inputs, target in monitor.batches(loader):
             optimizer.zero_grad()

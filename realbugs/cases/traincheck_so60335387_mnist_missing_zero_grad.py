@@ -33,6 +33,7 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_rebound", above=1.7)  # the loss climbs back, as with a too-high rate
 SEED = 0
+KIND = "multiclass"  # what the task predicts (the Monitor's kind)
 EPOCHS = 6
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for MNIST"
 FIDELITY_MODEL = "stand-in: a smaller two-convolution network than the example's"
@@ -68,7 +69,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_tr, y_tr), 30)
-    monitor = Monitor(model, optimizer, every=1, kind="multiclass")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for inputs, target in monitor.batches(loader):
             if fixed:  # the line the example was missing

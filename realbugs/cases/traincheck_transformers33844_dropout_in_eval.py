@@ -38,6 +38,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.55)  # evaluation runs with dropout
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 5
 FIDELITY_DATA = "stand-in: generated instruction pairs for translation pairs"
 FIDELITY_MODEL = "stand-in: a 2-layer decoder (dropout 0.5) for M2M100-418M"
@@ -89,7 +90,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(pairs.tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

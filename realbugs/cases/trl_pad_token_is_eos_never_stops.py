@@ -31,6 +31,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.2)  # the answers never end
 SEED = 0
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated instruction pairs"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder for Mistral-7B"
@@ -64,7 +65,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(tokens[train], labels[train]), 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, target in monitor.batches(loader):
             optimizer.zero_grad()

@@ -33,6 +33,7 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.1)  # the completions are not learned
 SEED = 1
+KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated long prompts and two-token completions"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder"
@@ -68,7 +69,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     mask = pairs.attention_mask
     data = torch.utils.data.TensorDataset(pairs.tokens[train], mask[train], labels[train])
     loader = kit.batches_of(data, 32)
-    monitor = Monitor(model, optimizer, every=1, kind="next_token")
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, attention, target in monitor.batches(loader):
             optimizer.zero_grad()
