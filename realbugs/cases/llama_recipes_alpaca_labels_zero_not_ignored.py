@@ -26,7 +26,7 @@ LABEL = "unmasked_loss"
 MODEL = "transformer"
 OPTIMIZER = "AdamW"
 DATA = (
-    "Generated instructions (a prompt of 2 to 6 random tokens, a separator standing for '### "
+    "Generated instructions (a prompt of 2 to 4 random tokens, a separator standing for '### "
     "Response:', the answer the prompt through a fixed substitution, then <eos>), "
     "right-padded to 24 tokens with id 0, stand in for Alpaca; a 2-layer LlamaForCausalLM of "
     "width 32 built from a config and trained from scratch rather than LoRA on Llama 2. "
@@ -35,12 +35,12 @@ DATA = (
 SYMPTOM = Symptom("final_val_acc", below=0.3)  # meaningless output
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
-EPOCHS = 4
+EPOCHS = 5
 FIDELITY_DATA = "stand-in: generated substitute-the-prompt instructions for Alpaca"
 FIDELITY_MODEL = "stand-in: LlamaForCausalLM at 2 layers, width 32, from a config"
 FIDELITY_CODE = "stand-in: our loop; the labels made as the dataset made them (0, not -100)"
 REPORTED_EFFECT = "none given: meaningless output after fine-tuning"
-REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 0.48 after 128 steps"
+REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 1.00"
 OBSERVED = True
 VOCAB, WIDTH = 24, 24
 
@@ -71,7 +71,7 @@ class CausalLM(nn.Module):
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     """The recipes' loop: labels from the dataset, the model's shifted loss, AdamW."""
     kit.seed_everything(SEED)
-    pairs = lm_kit.pairs(SEED, 1200, vocab=VOCAB, width=WIDTH, rule="map")
+    pairs = lm_kit.pairs(SEED, 1200, vocab=VOCAB, width=WIDTH, words=(2, 4), rule="map")
     position = torch.arange(WIDTH)[None, :]
     outside = (position < pairs.prompt[:, None]) | (position >= pairs.length[:, None])
     # The dataset's labels: the example with the prompt and the padding marked...

@@ -4,7 +4,6 @@ input were trained on as much as the label."""
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit, lm_kit
@@ -27,48 +26,26 @@ DATA = (
     "Generated examples (a prompt of 6 to 9 random tokens and a separator standing for "
     "'Label:', the output its first and last tokens through a fixed substitution, then "
     "<eos>), right-padded to 24 tokens (padding -100 in both forms), stand in for "
-    "prompt2model's generated datasets; a 2-layer GPT2LMHeadModel of width 32 built from a "
-    "config. Accuracies are the exact match of greedy decoding from the prompt. The pull "
-    "request reports no run: the symptom is the suite's choice, the answers' exact match."
+    "prompt2model's generated datasets; the toy nanoGPT-sized decoder (2 layers, width 32, "
+    "GPT-2's design) for GPT-2. Accuracies are the exact match of greedy decoding from the "
+    "prompt. The pull request reports no run: the symptom is the suite's choice, the answers' "
+    "exact match."
 )
 SYMPTOM = Symptom("final_val_acc", below=0.1)  # the outputs are not learned
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated long prompts and two-token outputs"
-FIDELITY_MODEL = "stand-in: GPT2LMHeadModel at 2 layers, width 32, from a config"
+FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder (GPT-2's design) for GPT-2"
 FIDELITY_CODE = "stand-in: our loop; labels = input_ids with only the padding masked"
 REPORTED_EFFECT = "none given: the loss covers the prompt (found by reading the code)"
-REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 0.60 after 128 steps"
+REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 1.00 after 128 steps"
 OBSERVED = False
 VOCAB, WIDTH = 24, 24
 
 
-class LMHead(nn.Module):
-    """GPT2LMHeadModel as the trainer calls it: ids (and mask) in, logits out."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        config = GPT2Config(
-            vocab_size=VOCAB,
-            n_positions=WIDTH,
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            bos_token_id=lm_kit.BOS,
-            eos_token_id=lm_kit.EOS,
-        )
-        self.lm = GPT2LMHeadModel(config)
-
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.lm(input_ids=ids, attention_mask=mask).logits
-
-
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
-    """The trainer's loop: labels aligned with input_ids, GPT-2's shifted loss, AdamW."""
+    """The trainer's loop: labels aligned with input_ids, the shifted loss, AdamW."""
     kit.seed_everything(SEED)
     pairs = lm_kit.pairs(SEED, 1200, vocab=VOCAB, width=WIDTH, words=(6, 9), rule="ends")
     position = torch.arange(WIDTH)[None, :]
@@ -85,17 +62,17 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
 
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
-        return LMHead()
+        return lm_kit.gpt(VOCAB, WIDTH)
 
     model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     data = torch.utils.data.TensorDataset(pairs.tokens[train], mask[train], labels[train])
     loader = kit.batches_of(data, 32)
     monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for ids, attention, target in monitor.batches(loader):
             optimizer.zero_grad()
-            logits = model(ids, attention)
+            logits = model(ids)
             loss = loss_fn(logits, target)
             loss.backward()
             optimizer.step()

@@ -29,14 +29,14 @@ LABEL = "other_fault"
 MODEL = "transformer"
 OPTIMIZER = "AdamW"
 DATA = (
-    "Generated instructions (a prompt of 2 to 5 tokens and a separator, the answer its "
+    "Generated instructions (a prompt of 2 to 4 tokens and a separator, the answer its "
     "substitution) stand in for translation pairs, and a 2-layer decoder of width 32 whose "
     "attention applies dropout 0.5 to its weights, as the FlashAttention-2 path's kernel "
     "does, for M2M100. Accuracies are the exact match of greedy decoding in evaluation "
     "mode, as inference runs. The report names the inconsistency; the symptom is the "
     "suite's choice, the evaluated score below the trained model's."
 )
-SYMPTOM = Symptom("final_val_acc", below=0.55)  # evaluation runs with dropout
+SYMPTOM = Symptom("final_val_acc", below=0.88)  # evaluation runs with dropout
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
 EPOCHS = 5
@@ -44,7 +44,7 @@ FIDELITY_DATA = "stand-in: generated instruction pairs for translation pairs"
 FIDELITY_MODEL = "stand-in: a 2-layer decoder (dropout 0.5) for M2M100-418M"
 FIDELITY_CODE = "stand-in: our attention; the dropout rate passed whatever self.training is"
 REPORTED_EFFECT = "none given: nondeterministic outputs and worse quality in evaluation"
-REENACTED_EFFECT = "exact match 0.42 in evaluation against the twin's 0.69"
+REENACTED_EFFECT = "exact match 0.76 in evaluation against the twin's 1.00"
 OBSERVED = True
 VOCAB, CONTEXT, WIDTH, HEADS, ATTENTION_DROPOUT = 24, 16, 32, 4, 0.5
 
@@ -73,7 +73,7 @@ class FlashAttention2(nn.Module):
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     """Answer-only next-token loss, AdamW; greedy decoding in eval mode."""
     kit.seed_everything(SEED)
-    pairs = lm_kit.pairs(SEED, 1200, vocab=VOCAB, width=CONTEXT, words=(2, 5), rule="map")
+    pairs = lm_kit.pairs(SEED, 1200, vocab=VOCAB, width=CONTEXT, words=(2, 4), rule="map")
     labels = lm_kit.answer_labels(pairs)
     train, val = slice(0, 1000), slice(1000, None)
 
@@ -88,7 +88,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         return lm_kit.Decoder(VOCAB, CONTEXT, attention, width=WIDTH)
 
     model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(pairs.tokens[train], labels[train]), 32)
     monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
