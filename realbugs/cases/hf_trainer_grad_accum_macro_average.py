@@ -30,15 +30,15 @@ DATA = (
     "(2 layers, width 32). The validation loss and accuracy are per answer token, as one big "
     "batch measures them."
 )
-SYMPTOM = Symptom("final_val_loss", above=1.9)  # worse than the same batch without accumulation
+SYMPTOM = Symptom("final_val_loss", above=1.25)  # worse than the same batch without accumulation
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
-EPOCHS = 5
+EPOCHS = 7
 FIDELITY_DATA = "stand-in: generated short noisy replies and long formulaic answers"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder"
 FIDELITY_CODE = "stand-in: our loop; the accumulated loss is the mean of micro-batch means"
 REPORTED_EFFECT = "none given: much worse than the equivalent large batch"
-REENACTED_EFFECT = "validation loss 2.04 against the twin's 1.80 after 160 updates"
+REENACTED_EFFECT = "validation loss 1.63, token accuracy 0.52; the twin's 0.88 and 0.75"
 OBSERVED = True
 VOCAB, WIDTH = 24, 24
 
@@ -73,7 +73,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         return lm_kit.gpt(VOCAB, WIDTH)
 
     model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(pairs.tokens[train], labels[train]), 32)
     monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):

@@ -32,15 +32,15 @@ DATA = (
     "the model being fine-tuned. The validation loss and accuracy are per answer token. The "
     "pull request reports no run: the symptom is the suite's choice, the validation loss."
 )
-SYMPTOM = Symptom("final_val_loss", above=1.7)  # the long answers are learned late
+SYMPTOM = Symptom("final_val_loss", above=1.28)  # the long answers are learned late
 SEED = 2
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
-EPOCHS = 5
+EPOCHS = 7
 FIDELITY_DATA = "stand-in: generated short noisy replies and long formulaic answers"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder"
 FIDELITY_CODE = "stand-in: our loop; the micro-batch token means averaged over the window"
 REPORTED_EFFECT = "none given: a biased update found by reading the code"
-REENACTED_EFFECT = "validation loss 1.88 against the twin's 1.52 after 160 updates"
+REENACTED_EFFECT = "validation loss 1.42, token accuracy 0.60; the twin's 1.15 and 0.66"
 OBSERVED = False
 VOCAB, WIDTH, MICRO = 24, 24, 4
 
@@ -78,7 +78,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         return lm_kit.gpt(VOCAB, WIDTH)
 
     model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-3)
     loader = kit.batches_of(torch.utils.data.TensorDataset(pairs.tokens[train], labels[train]), 32)
     monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
