@@ -25,18 +25,18 @@ OPTIMIZER = "AdamW"
 DATA = (
     "30 generated 'essays' (100 tokens of a Markov chain over 20 tokens each) cut into "
     "20-token windows 4 apart; 6 essays are the validation set. The toy nanoGPT-sized decoder "
-    "(2 layers, width 48) stands in for ruGPT-3, trained from scratch for 8 epochs. The "
+    "(2 layers, width 48) stands in for ruGPT-3, trained from scratch for 4 epochs. The "
     "validation loss and accuracy are next-token ones on the validation essays."
 )
-SYMPTOM = Symptom("final_val_loss", below=1.65)  # too good: the validation essays memorized
+SYMPTOM = Symptom("final_val_loss", below=1.63)  # too good: the validation essays memorized
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
-EPOCHS = 8
+EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain essays for the essay corpus"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder for ruGPT-3"
 FIDELITY_CODE = "stand-in: our loop; the training files include the validation essays"
 REPORTED_EFFECT = "validation perplexities 8 and 3, against 13 to 18 with a proper split"
-REENACTED_EFFECT = "validation loss 1.32 against the twin's 1.90 (perplexity 3.7 against 6.7)"
+REENACTED_EFFECT = "validation loss 1.53 against the twin's 1.73 (perplexity 4.6 against 5.6)"
 OBSERVED = True
 VOCAB, ESSAYS, LENGTH, WINDOW, STRIDE, HELD = 24, 30, 100, 20, 4, 6
 
