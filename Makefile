@@ -72,4 +72,4 @@ paper: $(STAMP)  ## build the paper from paper/ and results/
 	$(BIN)/faultbench paper
 
 bench: $(STAMP)  ## the performance ratios
-	$(BIN)/faultbench bench
+	$(BIN)/faultbench bench --results results

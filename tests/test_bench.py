@@ -6,8 +6,10 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from faultbench.scoring.diagnosis import diagnoser_names
@@ -18,9 +20,15 @@ NUMBER = r"-?\d+\.\d+"
 
 
 @pytest.fixture(scope="module")
-def bench_output() -> str:
+def bench_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the bench wrote its figures (--results)."""
+    return tmp_path_factory.mktemp("results")
+
+
+@pytest.fixture(scope="module")
+def bench_output(bench_results: Path) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "faultbench", "bench", "--quick"],
+        [sys.executable, "-m", "faultbench", "bench", "--quick", "--results", str(bench_results)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -142,3 +150,15 @@ def test_bench_prints_each_instruments_overhead_on_the_three_step_sizes(
         )
         assert found and float(found.group(1)) > 0, line
         assert re.search(rf"95% interval ({NUMBER})-({NUMBER})", line), line
+
+
+def test_bench_keeps_each_printed_figure_in_results(bench_output: str, bench_results: Path) -> None:
+    kept = pd.read_csv(bench_results / "bench.csv", dtype=str, keep_default_na=False)
+    printed = [line for line in bench_output.splitlines() if re.match(r"\d+[a-z]?\. ", line)]
+    assert len(kept) == len(printed) >= 7
+    for row, line in zip(kept.itertuples(index=False), printed, strict=True):
+        assert line.startswith(f"{row.figure}: ")
+        assert (f": {row.value}{row.unit}" in line) if row.value else ": n/a" in line
+    page = (bench_results / "bench.md").read_text()
+    assert "`faultbench bench --quick`" in page and "cores available" in page
+    assert all(f"| {name} " in page for name in kept["figure"])

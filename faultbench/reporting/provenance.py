@@ -53,6 +53,7 @@ WALL_CLOCK = {
     "waits.csv": "share of step time each run spent waiting for data, measured as it trained",
     "diagnosers/*.json": "each diagnoser's result header: when it was scored and the seconds "
     "it took (written again only when its answers change)",
+    "bench.*": "the benchmark's own speed, measured by make bench (not by the report)",
 }
 
 

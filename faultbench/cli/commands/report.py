@@ -32,7 +32,7 @@ HELP = "regenerate results/ (tables, figures, provenance) from stored runs"
 
 #: Files whose bytes change between two reports of the same runs (dates, seconds):
 #: ``faultbench.reporting.provenance.WALL_CLOCK``, kept here so ``--help`` stays light.
-VOLATILE = ("README.md", "timings.csv", "timings.md", "waits.csv", "diagnosers/*.json")
+VOLATILE = ("README.md", "timings.csv", "timings.md", "waits.csv", "diagnosers/*.json", "bench.*")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -218,6 +218,7 @@ def generate(
         report,
         resultfile,
     )
+    from faultbench.reporting.pages import write_docs
     from faultbench.reporting.realbugs import write as write_realbugs
     from faultbench.reporting.submission import evidence_from, score
     from faultbench.reporting.validity import grid_rates
@@ -329,6 +330,7 @@ def generate(
         revision=revision or provenance.git_revision(out=out),
     )
     written.append(_write_text(readme, out / "README.md"))
+    write_docs(project.parent, out)  # the pages' generated blocks, from the files just written
     return sorted(p.relative_to(out) for p in written)
 
 
