@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from faultbench.cli.main import main
-from faultbench.reporting import resultfile
+from faultbench.reporting import pages, resultfile
 from faultbench.reporting.submission import score
 from faultbench.scoring import evaluate as evaluate_module
 from faultbench.scoring import worker as worker_module
@@ -221,3 +221,20 @@ def test_the_full_grid_gives_the_headline_and_the_design_axes(board: tuple[Path,
     kinds = pd.read_csv(results / "leaderboard_kinds.csv")
     assert set(kinds["kind"]) == {"multiclass"} and len(kinds) == len(SHIPPED)
     assert (results / "leaderboard_levels.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_leaderboard_writes_the_pages_generated_blocks(
+    board: tuple[Path, Path], tmp_path: Path
+) -> None:
+    store, shared = board
+    results = tmp_path / "results"
+    shutil.copytree(shared, results)
+    (tmp_path / pages.TEMPLATES).mkdir(parents=True)
+    template = '`rules-v1` identifies {{ leaderboard("rules-v1", "identification") }}.\n'
+    (tmp_path / pages.TEMPLATES / f"board{pages.SUFFIX}").write_text(template)
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(f"By hand.\n\n{pages.start_marker('board')}\n<!-- results:board:end -->\n")
+    assert main(["leaderboard", *_args(store, results)]) == 0
+    table = pd.read_csv(results / "leaderboard.csv", dtype=str).set_index("diagnoser")
+    cell = table.loc["rules-v1", "identification"]
+    assert f"`rules-v1` identifies {cell}.\n" in page.read_text()

@@ -1,15 +1,19 @@
 """Pages whose numbers come from ``results/``: Jinja2 templates filled from its CSV files.
 
-The paper (``paper/paper.md.j2``, :mod:`faultbench.reporting.paper`) and the pages of
-``docs/`` that state measured numbers (``docs/templates/NAME.md.j2``, written to
-``docs/NAME.md`` by ``faultbench leaderboard`` and ``faultbench report``) are Markdown
-templates. A template never types a measured number; it names the cell that holds it:
+The paper (``paper/paper.md.j2``, :mod:`faultbench.reporting.paper`) is one template.
+The README and the pages of ``docs/`` are written by hand, and every part of them that
+states measured numbers is a generated block between two markers
+(``<!-- results:NAME:start ... -->`` and ``<!-- results:NAME:end -->``), rendered from
+``docs/templates/NAME.md.j2`` by ``faultbench leaderboard`` and ``faultbench report``
+(:func:`write_docs`), as the README's headline is written between its own markers.
+A template never types a measured number; it names the cell that holds it:
 
 - ``{{ faults("digits", "huge_inputs", "first_loss_mean") }}``: one cell, exactly as the
   CSV has it, of a table of :data:`KEYS` (the row's key columns, then the column);
-- ``{{ count("realbugs_cases", "case") }}``: how many distinct values a column holds;
+- ``{{ count("realbugs_cases", "case") }}``: how many distinct values a column holds
+  (``count("realbugs_cases", "case", label="other_fault")``: on the rows that hold these);
 - ``{{ table("scores") }}`` or ``{{ table("faults", "digits") }}``: a whole table;
-- ``{{ figure("curves/digits.png") }}``: a figure under ``results/``;
+- ``{{ figure("curves/digits.png") }}``: a figure under ``results/``, as a link;
 - ``{{ defaults.healthy_seeds }}``: a default of the code (not a measurement).
 
 An undefined name is an error (Jinja2's ``StrictUndefined``), and so is an unknown
@@ -41,6 +45,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "conditions": ("condition",),
     "leaderboard": ("diagnoser",),  # the full grid's scores (results/leaderboard.csv)
     "leaderboard_tasks": ("diagnoser",),  # identification per task
+    "leaderboard_variants": ("diagnoser", "task", "variant"),  # recall per variant
     "realbugs": ("diagnoser",),  # the real-bug suite's shares, as numbers
     "validity": ("statistic",),  # grid against real bugs: tau and rho with intervals
 }
@@ -56,7 +61,7 @@ TABLES = (
     "validity",
     "validity_diagnosers",
 )
-TEMPLATES = Path("docs") / "templates"  # a project's page templates, beside the pages
+TEMPLATES = Path("docs") / "templates"  # the templates of a project's generated blocks
 SUFFIX = ".md.j2"
 
 #: ``(key, value) -> text``: how a cell's value is written into a page (the paper tags it).
@@ -92,11 +97,15 @@ class Results:
             raise unknown_name(f"row of {name}.csv", ":".join(key), rows)
         return str(match.iloc[0][column])
 
-    def count(self, name: str, column: str) -> str:
-        """How many distinct values ``column`` of ``name``.csv holds."""
+    def count(self, name: str, column: str, **where: str) -> str:
+        """How many distinct values ``column`` of ``name``.csv holds (on the rows whose
+        columns hold the values ``where`` gives)."""
         frame = self.table(name)
-        if column not in frame.columns:
-            raise unknown_name(f"column of {name}.csv", column, frame.columns)
+        for col in [column, *where]:
+            if col not in frame.columns:
+                raise unknown_name(f"column of {name}.csv", col, frame.columns)
+        for col, value in where.items():
+            frame = frame[frame[col] == value]
         return str(frame[column].nunique())
 
     def whole(self, name: str, task: str | None = None) -> str:
@@ -152,8 +161,9 @@ def names(results: Results, *, mark: Mark = _plain, figure: Callable[[str], str]
 
         return cell
 
-    def count(name: str, column: str) -> str:
-        return mark(f"count:{name}:{column}", results.count(name, column))
+    def count(name: str, column: str, **where: str) -> str:
+        key = ":".join(["count", name, column, *(f"{k}={v}" for k, v in where.items())])
+        return mark(key, results.count(name, column, **where))
 
     def linked(path: str) -> str:
         if not (results.root / path).is_file():
@@ -213,32 +223,81 @@ def _line(exc: BaseException, source: Path) -> int | str:
     return lines[-1] if lines and lines[-1] is not None else "?"
 
 
-def header(template: Path) -> str:
-    """The first line of a page written from ``template``: where to edit it."""
+#: A generated block of a page: its start marker (which names the template) and end marker.
+BLOCK = re.compile(
+    r"<!-- results:(?P<name>[\w-]+):start[^>]*-->\n(?P<body>.*?)<!-- results:(?P=name):end -->",
+    re.S,
+)
+
+
+def start_marker(name: str) -> str:
+    """The line that opens block ``name``: where its text comes from, and where to edit it."""
     return (
-        f"<!-- Written from {template.as_posix()} by `faultbench leaderboard` (and `make "
-        "report`), every measured number read from results/: edit the template. -->\n"
+        f"<!-- results:{name}:start: written from {(TEMPLATES / name).as_posix()}{SUFFIX} by "
+        "faultbench leaderboard and make report; edit the template -->"
     )
 
 
-def write_docs(project: Path, results: Path) -> list[Path]:
-    """Render every ``project/docs/templates/NAME.md.j2`` from ``results`` into
-    ``project/docs/NAME.md``; return the pages written (none where there is no template).
+def pages_of(project: Path) -> list[Path]:
+    """The pages that may hold generated blocks: the README and ``docs/*.md``."""
+    return [project / "README.md", *sorted((project / "docs").glob("*.md"))]
 
-    Every page is rendered before any is written, so an error leaves every page as it was.
+
+def rendered(project: Path, results: Path) -> dict[Path, str]:
+    """Each page of ``project`` that holds generated blocks, with every block rendered from
+    its template (``docs/templates/NAME.md.j2``) and ``results``.
+
+    Raises:
+        FaultbenchError: a block without a template, a template no page uses, or a
+            template that names what ``results`` lacks.
     """
+    found, used, out = Results(results), set(), {}
+    for page in pages_of(project):
+        text = page.read_text() if page.is_file() else ""
+        blocks = list(BLOCK.finditer(text))
+        if not blocks:
+            continue
+        namespace = names(found, figure=_links(results, page.parent))
+        parts, last = [], 0
+        for block in blocks:
+            name = block.group("name")
+            parts += [text[last : block.start()], _block(project, page, name, namespace)]
+            used.add(name)
+            last = block.end()
+        out[page] = "".join([*parts, text[last:]])
     folder = project / TEMPLATES
-    if not folder.is_dir():
-        return []
-    found = Results(results)
-    namespace = names(found, figure=lambda path: _relative(results / path, project / "docs"))
-    pages = {}
-    for template in sorted(folder.glob(f"*{SUFFIX}")):
-        page = project / "docs" / f"{template.name.removesuffix(SUFFIX)}.md"
-        pages[page] = header(template.relative_to(project)) + render(template, namespace)
-    for page, text in pages.items():
-        page.write_text(text)
-    return list(pages)
+    unused = sorted(t for t in folder.glob(f"*{SUFFIX}") if t.name[: -len(SUFFIX)] not in used)
+    if unused:
+        raise FaultbenchError(
+            f"{unused[0]} is in no page; expected its block "
+            f"<!-- results:{unused[0].name[: -len(SUFFIX)]}:start --> in README.md or docs/"
+        )
+    return out
+
+
+def _block(project: Path, page: Path, name: str, namespace: dict[str, Any]) -> str:
+    """Block ``name`` of ``page`` as written: its markers around its rendered template."""
+    template = project / TEMPLATES / f"{name}{SUFFIX}"
+    if not template.is_file():
+        raise FaultbenchError(f"{page}: block '{name}' has no template; expected {template}")
+    body = render(template, namespace).strip("\n")
+    return f"{start_marker(name)}\n{body}\n\n<!-- results:{name}:end -->"
+
+
+def _links(results: Path, where: Path) -> Callable[[str], str]:
+    """A figure's link from a page in ``where``."""
+    return lambda path: _relative(results / path, where)
+
+
+def write_docs(project: Path, results: Path) -> list[Path]:
+    """Write every generated block of ``project``'s pages from ``results``; return the pages
+    whose text changed. Every page is rendered before any is written, so an error leaves
+    each as it was."""
+    pages = rendered(project, results)
+    changed = [page for page, text in pages.items() if page.read_text() != text]
+    for page in changed:
+        page.write_text(pages[page])
+    return changed
 
 
 def _relative(target: Path, start: Path) -> str:

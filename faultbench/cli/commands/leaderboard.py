@@ -37,6 +37,7 @@ def main(args: argparse.Namespace) -> int:
 
     from faultbench.core.errors import FaultbenchError
     from faultbench.reporting import assemble
+    from faultbench.reporting.pages import write_docs
     from faultbench.reporting.submission import evidence_from, verify
     from faultbench.storage.store import Store
 
@@ -55,13 +56,11 @@ def main(args: argparse.Namespace) -> int:
                     f"--diagnoser {f.source}"
                 )
             print(f"verified {f.diagnoser}: {args.verify} answers diagnosed again, the same")
+    project = results.resolve().parent  # the README's headline and docs/'s generated blocks
     written = assemble.write(
-        assembled,
-        board,
-        results,
-        evidence=evidence_from(store),
-        readme=results.resolve().parent / "README.md",  # its headline, where it has markers
+        assembled, board, results, evidence=evidence_from(store), readme=project / "README.md"
     )
+    written += write_docs(project, results)
     print(
         f"leaderboard of {len(assembled.files)} diagnosers: {len(written)} files under "
         f"{results}/ in {time.perf_counter() - start:.1f} s",
