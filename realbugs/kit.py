@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from faultbench.realbugs.case import CaseRun
+from faultbench.realbugs.case import CaseRun, Reference
 from faultbench.scoring.run import Probe
 from faultbench.training.monitor import Monitor
 
 __all__ = [
+    "DIGITS_REFERENCE",
     "CaseRun",
     "accuracy",
     "batches_of",
@@ -35,6 +36,12 @@ __all__ = [
 
 VAL_FRACTION = 0.2  # the share of a bundled dataset held out for validation
 PROBE_EXAMPLES = 256  # training examples handed to the probe (a memorization check needs 16)
+#: The healthy bar of a fixed twin that trains on :func:`digits` (seed 0) and validates on its
+#: split: what scikit-learn's LogisticRegression scores there (tests/test_realbugs_case.py
+#: measures it again).
+DIGITS_REFERENCE = Reference(
+    0.981, "scikit-learn's LogisticRegression (max_iter=5000) on the same digits split: 0.981"
+)
 
 
 def seed_everything(seed: int) -> None:

@@ -31,8 +31,9 @@ class Dropped:
 
 
 #: Every case re-enacted and not shipped. A case is dropped only when its reported
-#: symptom does not show on the faulty form or shows on the fixed one; never for a
-#: diagnoser's answer (no diagnoser's answer was looked at to choose a case).
+#: symptom does not show on the faulty form, or its fixed twin shows it or is not healthy
+#: by the benchmark's bar even when trained as its source's fix would train it; never for
+#: a diagnoser's answer (no diagnoser's answer was looked at to choose a case).
 DROPPED: tuple[Dropped, ...] = (
     Dropped(
         "centernet_loss_huge_zero_grad",
@@ -89,6 +90,15 @@ DROPPED: tuple[Dropped, ...] = (
         "https://github.com/mlmed/torchxrayvision/issues/9",
         "symptom did not reproduce: on [-1024, 1024] pixels the loss jumped to about 8e4 and "
         "the network then died at ln 10; no inf or NaN appeared",
+    ),
+    Dropped(
+        "tf_course_quadratic_nan_lr",
+        "https://github.com/chiphuyen/stanford-tensorflow-tutorials/issues/22",
+        "fixed twin not healthy by the benchmark's bar (shipped until issue 40): at the "
+        "accepted answer's 1e-5 the quadratic model still diverges on these values, and at "
+        "every rate low enough not to (5e-7 and below) 20 to 40 epochs of one-example steps "
+        "leave the loss at 0.8 to 0.9 of its first tenth and above the targets' variance; the "
+        "constant term would need about a million steps",
     ),
     Dropped(
         "openillumi_large_scale_sigmoid_net",

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = "https://github.com/IBM/aihwkit/issues/446"
 REPORTED = (
@@ -24,6 +24,17 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_rebound", above=2.0)  # the loss ends at over twice its lowest level
 SEED = 0
+KIND = "regression"
+REFERENCE = Reference(1.0, "least squares: a linear map fits the two rows exactly (R² 1.000)")
+FIDELITY_DATA = OWN
+FIDELITY_MODEL = "stand-in: a digital nn.Linear for the analog AnalogLinear"
+FIDELITY_CODE = "stand-in: plain SGD for AnalogSGD at the same rate"
+REPORTED_EFFECT = (
+    "over 10 iterations the loss falls from 1.03 to 0.06 and rises again to 0.87; with "
+    "zero_grad it falls to 0.02"
+)
+REENACTED_EFFECT = "the loss ends at 2.59 times its lowest point (the twin's at 1.01)"
+OBSERVED = True
 EPOCHS = 100
 
 

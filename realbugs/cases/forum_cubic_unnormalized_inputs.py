@@ -5,7 +5,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = (
     "https://discuss.pytorch.org/t/neural-network-could-not-learn-on-this-type-of-data-why/96648/5"
@@ -24,6 +24,20 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_ratio", above=0.5)  # the loss does not even halve
 SEED = 0
+KIND = "regression"
+REFERENCE = Reference(
+    1.0,
+    (
+        "numpy's polyfit of degree 3 on the normalized inputs: the targets are exactly x**3 (R² "
+        "1.000)"
+    ),
+)
+FIDELITY_DATA = OWN
+FIDELITY_MODEL = OWN
+FIDELITY_CODE = OWN
+REPORTED_EFFECT = "none given: the network could not learn the data"
+REENACTED_EFFECT = "the loss ends at 1.000 of its start; the twin's at 0.019"
+OBSERVED = True
 EPOCHS = 300
 
 

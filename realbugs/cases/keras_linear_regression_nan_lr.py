@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = "https://github.com/keras-team/keras/issues/3040"
 REPORTED = (
@@ -21,6 +21,16 @@ DATA = (
 )
 SYMPTOM = Symptom("nonfinite_loss", above=0.0)  # the loss (and the weights) become NaN
 SEED = 0
+KIND = "regression"
+REFERENCE = Reference(1.0, "least squares on x: the targets are exactly 2x (R² 1.000)")
+FIDELITY_DATA = OWN
+FIDELITY_MODEL = OWN
+FIDELITY_CODE = OWN
+REPORTED_EFFECT = "the weights become NaN within the first epoch (200 steps of one example)"
+REENACTED_EFFECT = (
+    "64% of the 200 steps' losses are not finite; the twin's loss falls to 4e-8 of its start"
+)
+OBSERVED = True
 EPOCHS = 1
 
 

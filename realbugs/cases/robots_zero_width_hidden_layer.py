@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = "https://github.com/strands-labs/robots/pull/3238"
 REPORTED = (
@@ -30,6 +30,16 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_loss", above=0.8)  # no better than predicting the mean action
 SEED = 0
+KIND = "regression"
+REFERENCE = Reference(
+    0.99, "scikit-learn's MLPRegressor on the expert's states (R² to be measured)"
+)
+FIDELITY_DATA = "stand-in: a generated expert's states and actions for the RL episodes"
+FIDELITY_MODEL = OWN
+FIDELITY_CODE = "stand-in: behaviour cloning by MSE for the RL training"
+REPORTED_EFFECT = "the (16, 0) policy's action span over the observation range is exactly 0.0"
+REENACTED_EFFECT = "validation loss 1.015, no better than the mean action; the twin's 0.328"
+OBSERVED = True
 EPOCHS = 20
 
 

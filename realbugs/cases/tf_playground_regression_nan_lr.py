@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = "https://github.com/tensorflow/playground/issues/3"
 REPORTED = (
@@ -27,6 +27,18 @@ DATA = (
 )
 SYMPTOM = Symptom("nonfinite_loss", above=0.0)  # the loss is NaN
 SEED = 0
+KIND = "regression"
+REFERENCE = Reference(0.99, "ordinary least squares on the plane's inputs (R² to be measured)")
+FIDELITY_DATA = OWN
+FIDELITY_MODEL = OWN
+FIDELITY_CODE = OWN
+REPORTED_EFFECT = (
+    "the neurons and the output become NaN at a learning rate of 1; rates below 0.3 work"
+)
+REENACTED_EFFECT = (
+    "96% of the steps' losses are not finite; the twin's loss ends at 0.11 of its start"
+)
+OBSERVED = True
 EPOCHS = 2
 
 
