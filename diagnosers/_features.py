@@ -17,18 +17,27 @@ from faultbench.scoring.run import Run
 
 
 def n_classes(run: Run) -> int:
-    """Width of the model's last layer: the number of classes."""
+    """Width of the model's last layer: the number of classes (outputs, for another kind)."""
     return max(2, int(run.config.n_classes))
 
 
 def ln_c(run: Run) -> float:
-    """ln C: the loss of a uniform guess, which a sane initialization starts near."""
-    return math.log(n_classes(run))
+    """The loss a sane initialization starts near: ln C for C classes, ln 2 for a logits
+    loss of labels, the targets' variance for a squared error (the kind's reference,
+    :attr:`~faultbench.training.trace.RunConfig.start_loss`); NaN where it is not known."""
+    return run.config.start_loss
 
 
 def chance(run: Run) -> float:
-    """Accuracy of guessing one class out of C."""
-    return 1.0 / n_classes(run)
+    """The task score of a constant predictor (one class in C for a run of unknown kind)."""
+    return run.config.chance_level
+
+
+def is_classes(run: Run) -> bool:
+    """Whether the run scores one class of several per example or position (its output's
+    argmax is its answer): a multi-class or sequence run, or one of unknown kind with
+    several outputs."""
+    return run.config.kind in ("", "multiclass", "next_token") and run.config.n_classes >= 2
 
 
 def softmax_floor(classes: int) -> float:
@@ -38,6 +47,22 @@ def softmax_floor(classes: int) -> float:
     ``-log(e / (e + C - 1)) = ln(1 + (C - 1) / e)``.
     """
     return math.log(1.0 + (classes - 1) / math.e)
+
+
+#: The smallest binary cross-entropy of logits reachable when the "logits" are probabilities
+#: in [0, 1]: a positive label's loss is at least softplus(-1), a negative one's softplus(0).
+SIGMOID_FLOOR = math.log1p(math.exp(-1.0))
+
+
+def probability_floor(run: Run) -> float:
+    """The lowest loss a run reaches when its loss is handed probabilities where it expects
+    logits: the softmax floor for classes, softplus(-1) for a logits loss of labels (its
+    smallest per-label value); NaN for a kind without one (a squared error)."""
+    if is_classes(run):
+        return softmax_floor(n_classes(run))
+    if run.config.kind in ("binary", "multilabel"):
+        return SIGMOID_FLOOR
+    return math.nan
 
 
 def first_loss(run: Run) -> float:
@@ -66,8 +91,19 @@ def last(values: np.ndarray) -> float:
 LATE_SHARE = 0.1
 
 
+def loss_fell(run: Run) -> float:
+    """The training loss's last tenth over its first tenth (means of the finite losses): the
+    healthy bar's test of learning, for any kind (below 0.8: it learned)."""
+    losses = finite_losses(run)
+    if len(losses) < 2:
+        return math.nan
+    n = max(1, len(losses) // 10)
+    start = float(losses[:n].mean())
+    return float(losses[-n:].mean()) / start if start > 0 else math.nan
+
+
 def final_train_acc(run: Run) -> float:
-    """Training accuracy at the last evaluation.
+    """Training accuracy (the task's score) at the last evaluation.
 
     A user's loop that never called ``log_eval`` but gave ``Monitor.step`` its
     output and target still has a training accuracy: the mean batch accuracy

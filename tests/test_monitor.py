@@ -6,6 +6,7 @@ import copy
 import math
 import pickle
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from torch import nn
 
 from faultbench import FaultbenchError, Monitor
 from faultbench.training import activations, hostlog, layers
+from faultbench.training.monitor import MonitorWarning
 from faultbench.training.trace import Trace
 
 STEPS = 12
@@ -429,11 +431,16 @@ def test_step_keeps_the_training_accuracy_with_soft_targets_too() -> None:
     assert np.isnan(monitor.trace().batch_acc[1])
 
 
-def test_step_refuses_outputs_and_targets_that_do_not_match() -> None:
+def test_step_records_no_score_for_targets_it_cannot_read_and_says_so_once() -> None:
     model = nn.Linear(3, 4)
     monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), every=1)
-    with pytest.raises(FaultbenchError, match=re.escape("target of shape (5, 2); expected")):
+    with pytest.warns(MonitorWarning, match=re.escape("output (5, 4) and target (5, 2)")):
         monitor.step(0.0, torch.zeros(5, 4), torch.zeros(5, 2, dtype=torch.long))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same reason is not said twice
+        monitor.step(0.0, torch.zeros(5, 4), torch.zeros(5, 2, dtype=torch.long))
+    assert np.isnan(monitor.trace().batch_acc).all()
+    assert len(monitor.notes) == 1
     with pytest.raises(FaultbenchError, match="expected both as tensors"):
         monitor.step(0.0, torch.zeros(5, 4))
 

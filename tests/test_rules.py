@@ -57,7 +57,7 @@ def test_rule_silent_on_healthy(digits_grid, fault: str, seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_probe_memorizes_healthy_model_cheaply(digits_grid, seed: int) -> None:
     run = _run(digits_grid, "healthy", seed)
-    memo = memorize(run.probe, run.config.n_classes)
+    memo = memorize(run.probe)
     assert memo.memorized and memo.rate is not None
     assert memo.steps == run.probe.steps_used < run.trace.steps
 
@@ -71,22 +71,22 @@ def test_a_stored_runs_probe_is_asked_once_and_each_diagnosis_is_charged_its_ste
     _probe._FOUND.clear()
     first, again = _run(digits_grid, "lr_too_high", 0), _run(digits_grid, "lr_too_high", 0)
     assert first.probe is not None and again.probe is not None and first.probe.key
-    memo = memorize(first.probe, 10)
+    memo = memorize(first.probe)
     calls = []
     again.probe.loss = lambda *a: calls.append(a)  # type: ignore[method-assign]
-    assert memorize(again.probe, 10) == memo and calls == []  # not trained a second time
+    assert memorize(again.probe) == memo and calls == []  # not trained a second time
     assert again.probe.steps_used == first.probe.steps_used == memo.steps > 0
     other = _run(digits_grid, "lr_too_high", 1)  # another run: asked afresh
-    assert other.probe is not None and memorize(other.probe, 10).steps == other.probe.steps_used
+    assert other.probe is not None and memorize(other.probe).steps == other.probe.steps_used
     # a user's probe has no key: nothing is reused for it
     X, y = first.probe.train_data()
     user = Probe.from_user(first.probe.make_model, F.cross_entropy, X, y)
-    assert user.key == "" and memorize(user, 10) == memo and user.steps_used == memo.steps
+    assert user.key == "" and memorize(user) == memo and user.steps_used == memo.steps
 
 
 def test_probe_cannot_memorize_through_a_softmax_head(digits_grid) -> None:
     run = _run(digits_grid, "softmax_before_loss", 0)
-    memo = memorize(run.probe, run.config.n_classes)
+    memo = memorize(run.probe)
     assert not memo.memorized
     assert memo.best_loss >= _features.softmax_floor(10) * (1 - rules.FLOOR_SLACK)
 

@@ -56,7 +56,17 @@ BAD = {
     "3-D X": (GOOD_X.reshape(N, 3, 1), GOOD_Y, "X must be 2-D (examples x features); got shape"),
     "no features": (np.empty((N, 0)), GOOD_Y, f"X has no features (shape ({N}, 0))"),
     "text X": ([["a", "b"]] * N, GOOD_Y, "X must be a 2-D array of numbers"),
-    "2-D y": (GOOD_X, np.array(GOOD_Y).reshape(MIN, 2), "y must be 1-D, one label per row"),
+    "2-D y of other length": (
+        GOOD_X,
+        np.array(GOOD_Y).reshape(MIN, 2),
+        f"X has {N} rows but y has shape ({MIN}, 2); expected {N} rows of targets",
+    ),
+    "3-D y": (GOOD_X, np.zeros((N, 2, 2)), "y has shape (20, 2, 2); expected one label per row"),
+    "float labels of few values": (
+        GOOD_X,
+        np.array(GOOD_Y, dtype=float),
+        f"y holds 2 distinct float values over {N} rows: class labels or a regression target?",
+    ),
     "missing label": (
         GOOD_X,
         [0, 1, 0, None, *GOOD_Y[4:]],
@@ -120,7 +130,8 @@ def valid_inputs(draw):  # type: ignore[no-untyped-def]
 @given(valid_inputs())
 def test_valid_inputs_give_a_finite_consistent_task(data):
     X, y, val_fraction = data
-    task = Task.from_arrays("t", X, y, val_fraction=val_fraction)
+    kind = "multiclass" if isinstance(y[0], float) else None  # floats alone read as targets
+    task = Task.from_arrays("t", X, y, val_fraction=val_fraction, kind=kind)
     assert task.X_train.dtype == np.float32 and task.X_val.dtype == np.float32
     assert np.isfinite(task.X_train).all() and np.isfinite(task.X_val).all()
     assert len(task.X_train) == len(task.y_train) and len(task.X_val) == len(task.y_val)

@@ -22,7 +22,7 @@ from torch import nn
 from faultbench.faults.transformer import transformer
 from faultbench.tasks.design import ARCHITECTURES, CELLS, DOWNSAMPLES, INITS, NORMS, Network
 
-__all__ = ["ACTIVATIONS", "LastState", "Network", "Tokens", "build"]
+__all__ = ["ACTIVATIONS", "Codes", "LastState", "Network", "Tokens", "TwoInputs", "build"]
 
 #: The activation modules a network can use (a family draws all but sigmoid, the
 #: held-out deep_sigmoid's).
@@ -61,8 +61,41 @@ class LastState(nn.Module):
         return h[-1]
 
 
-def build(net: Network, *, n_features: int, n_classes: int, image_side: int) -> nn.Sequential:
-    """The model of ``net`` for inputs of ``n_features`` columns and ``n_classes`` classes.
+class Codes(nn.Module):
+    """A model's second input: each categorical code column through its own embedding
+    table, concatenated with the numeric columns (``forward(codes, numbers)``)."""
+
+    def __init__(self, code_sizes: tuple[int, ...], width: int) -> None:
+        super().__init__()
+        self.tables = nn.ModuleList(nn.Embedding(size, width) for size in code_sizes)
+
+    def forward(self, codes: torch.Tensor, numbers: torch.Tensor) -> torch.Tensor:
+        embedded = [table(codes[:, i]) for i, table in enumerate(self.tables)]
+        return torch.cat([*embedded, numbers], dim=1)
+
+
+class TwoInputs(nn.Sequential):
+    """An ``nn.Sequential`` whose first module takes the two inputs, ``model(codes, numbers)``:
+    the layers keep the names and order every fault and diagnoser reads."""
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        first, *rest = list(self)
+        x = first(*inputs)
+        for module in rest:
+            x = module(x)
+        return x
+
+
+def build(
+    net: Network,
+    *,
+    n_features: int,
+    n_outputs: int,
+    image_side: int,
+    code_sizes: tuple[int, ...] = (),
+) -> nn.Sequential:
+    """The model of ``net`` for inputs of ``n_features`` columns (and, for a ``tabular``
+    network, categorical codes of ``code_sizes`` values each) and ``n_outputs`` outputs.
 
     Raises:
         ValueError: an unknown architecture, activation, normalization or init, or no width.
@@ -70,9 +103,9 @@ def build(net: Network, *, n_features: int, n_classes: int, image_side: int) -> 
     if not net.widths:
         raise ValueError("a model needs at least one hidden width")
     _check(net)
-    if net.architecture == "transformer":  # n_features: the context; n_classes: the vocabulary
+    if net.architecture == "transformer":  # n_features: the context; n_outputs: the vocabulary
         return transformer(
-            vocab=n_classes,
+            vocab=n_outputs,
             context=n_features,
             widths=net.widths,
             heads=net.heads,
@@ -80,7 +113,7 @@ def build(net: Network, *, n_features: int, n_classes: int, image_side: int) -> 
             dropout=net.dropout,
             block_names=net.hidden_names,
         )
-    layers, width = _front(net, n_features, n_classes, image_side)
+    layers, width = _front(net, n_features, n_outputs, image_side, code_sizes)
     act = ACTIVATIONS[net.activation]
     act_name = act.__name__.lower()
     for i, (name, out) in enumerate(zip(net.hidden_names, net.widths), start=1):
@@ -93,8 +126,8 @@ def build(net: Network, *, n_features: int, n_classes: int, image_side: int) -> 
         if net.dropout > 0:
             layers[f"{name}_dropout"] = nn.Dropout(net.dropout)
         width = out
-    layers["output"] = nn.Linear(width, n_classes)
-    model = nn.Sequential(layers)
+    layers["output"] = nn.Linear(width, n_outputs)
+    model = TwoInputs(layers) if net.architecture == "tabular" else nn.Sequential(layers)
     _initialize(model, net.init, net.activation)
     return model
 
@@ -113,15 +146,21 @@ def _check(net: Network) -> None:
 
 
 def _front(
-    net: Network, n_features: int, n_classes: int, image_side: int
+    net: Network, n_features: int, n_outputs: int, image_side: int, code_sizes: tuple[int, ...]
 ) -> tuple[OrderedDict[str, nn.Module], int]:
     """The layers before the fully connected ones, and the width they output."""
     if net.architecture == "mlp":
         return OrderedDict(), n_features
     if net.architecture == "cnn":
         return _convolutions(net, image_side)
+    if net.architecture == "tabular":
+        if not code_sizes:
+            raise ValueError("a tabular network needs categorical codes (code_sizes)")
+        return OrderedDict(codes=Codes(code_sizes, net.embed)), n_features + len(
+            code_sizes
+        ) * net.embed
     front = OrderedDict(
-        tokens=Tokens(n_classes, net.embed), rnn=LastState(net.embed, net.state, net.cell)
+        tokens=Tokens(n_outputs, net.embed), rnn=LastState(net.embed, net.state, net.cell)
     )
     return front, net.state
 

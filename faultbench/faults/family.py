@@ -148,6 +148,8 @@ def draw_design(task: Task, seed: int, attempt: int = 0) -> Design:
         net = net.replace(
             cell=pick(family.cells), embed=int(pick(family.embeds)), state=int(pick(family.states))
         )
+    if family.architecture == "tabular":
+        net = net.replace(embed=int(pick(family.embeds)))
     if family.architecture == "transformer":  # one residual width: every block takes the first
         net = net.replace(widths=(widths[0],) * depth, heads=int(pick(family.heads)))
     return Design(

@@ -44,7 +44,7 @@ def _label_noise(recipe: Recipe, severity: float | None) -> Recipe:
     rng = recipe.rng("label_noise")
     y = recipe.y_train.copy()
     noisy = rng.random(len(y)) < float(severity or 0.0)
-    y[noisy] = (y[noisy] + rng.integers(1, recipe.n_classes, int(noisy.sum()))) % recipe.n_classes
+    y[noisy] = (y[noisy] + rng.integers(1, recipe.n_outputs, int(noisy.sum()))) % recipe.n_outputs
     return recipe.replace(y_train=y)
 
 

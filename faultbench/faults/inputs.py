@@ -95,7 +95,7 @@ HUGE_INPUTS: tuple[Variant, ...] = (
 
 def _shifted(recipe: Recipe, severity: float | None) -> Recipe:
     # A cyclic shift is a permutation with no fixed point for any class count >= 2.
-    shifted = (recipe.y_train + 1) % recipe.n_classes
+    shifted = (recipe.y_train + 1) % recipe.n_outputs
     return recipe.replace(y_train=shifted.astype(np.int64))
 
 
@@ -110,21 +110,21 @@ def _by_appearance(y: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 def _two_encoders(recipe: Recipe, severity: float | None) -> Recipe:
-    recode = _by_appearance(recipe.y_val, recipe.n_classes)
+    recode = _by_appearance(recipe.y_val, recipe.n_outputs)
     return recipe.replace(y_val=recode[recipe.y_val])
 
 
 def _encoders_differ(recipe: Recipe) -> str:
     if recipe.sequences is not None:
         return _classes_only(recipe)
-    recode = _by_appearance(recipe.y_val, recipe.n_classes)
-    if (recode == np.arange(recipe.n_classes)).all():
+    recode = _by_appearance(recipe.y_val, recipe.n_outputs)
+    if (recode == np.arange(recipe.n_outputs)).all():
         return "the validation labels first appear in sorted order: both encoders agree"
     return ""
 
 
 def _swapped(recipe: Recipe, severity: float | None) -> Recipe:
-    swap = np.arange(recipe.n_classes)
+    swap = np.arange(recipe.n_outputs)
     swap[[0, 1]] = [1, 0]
     return recipe.replace(y_train=swap[recipe.y_train])
 

@@ -348,7 +348,7 @@ def appearance_order(X: np.ndarray, n_vocab: int) -> np.ndarray:
 
 
 def _two_vocabularies(recipe: Recipe, severity: float | None) -> Recipe:
-    recode = appearance_order(recipe.X_val, recipe.n_classes)
+    recode = appearance_order(recipe.X_val, recipe.n_outputs)
     y = recipe.y_val
     y_val = np.where(y == IGNORE, IGNORE, recode[np.where(y == IGNORE, 0, y)])
     return recipe.replace(X_val=recode[recipe.X_val], y_val=y_val.astype(np.int64))
@@ -358,8 +358,8 @@ def _vocabularies_differ(recipe: Recipe) -> str:
     why = _sequences_only(recipe)
     if why:
         return why
-    recode = appearance_order(recipe.X_val, recipe.n_classes)
-    if (recode == np.arange(recipe.n_classes)).all():
+    recode = appearance_order(recipe.X_val, recipe.n_outputs)
+    if (recode == np.arange(recipe.n_outputs)).all():
         return "the validation tokens first appear in vocabulary order: both vocabularies agree"
     return ""
 

@@ -53,10 +53,11 @@ from torch.optim.lr_scheduler import LRScheduler
 from faultbench.faults.architectures import build
 from faultbench.faults.tokens import sequence_scorer, token_cross_entropy
 from faultbench.tasks.design import Design, Network
+from faultbench.tasks.kinds import MULTICLASS, Kind
 from faultbench.tasks.sequences import Sequences
 from faultbench.tasks.task import Task
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[Any, torch.Tensor]  # (inputs: a tensor, or a tuple for a model of two, targets)
 ModelFactory = Callable[["Recipe"], nn.Module]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 GroupsFactory = Callable[[nn.Module, "Recipe"], list[dict[str, Any]]]
@@ -91,9 +92,38 @@ def standard_model(recipe: Recipe) -> nn.Module:
     return build(
         recipe.network,
         n_features=recipe.X_train.shape[1],
-        n_classes=recipe.n_classes,
+        n_outputs=recipe.n_outputs,
         image_side=recipe.image_side,
+        code_sizes=recipe.code_sizes,
     )
+
+
+def call(model: nn.Module, inputs: Any) -> Any:
+    """``model`` on a batch's inputs as a loader yields them: a tensor, a tuple of tensors
+    (``model(*inputs)``: a model of several inputs) or a dict (``model(**inputs)``)."""
+    if isinstance(inputs, tuple):
+        return model(*inputs)
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    return model(inputs)
+
+
+def inputs_of(recipe: Recipe, X: np.ndarray | torch.Tensor, codes: Any = None) -> Any:
+    """The model's inputs for rows ``X`` (and their ``codes``): ``X`` as a tensor, or
+    ``(codes, X)`` for a model of two inputs."""
+    x = torch.as_tensor(X)
+    if recipe.code_sizes and codes is not None:
+        return (torch.as_tensor(codes), x)
+    return x
+
+
+def rows(inputs: Any, index: Any) -> Any:
+    """The rows ``index`` of every tensor in a batch's inputs (tensor, tuple or dict)."""
+    if isinstance(inputs, tuple):
+        return tuple(rows(part, index) for part in inputs)
+    if isinstance(inputs, dict):
+        return {k: rows(v, index) for k, v in inputs.items()}
+    return inputs[index]
 
 
 def all_parameters(model: nn.Module, recipe: Recipe) -> list[dict[str, Any]]:
@@ -143,7 +173,13 @@ def _constant_rate(step: int) -> float:
 def shuffled_batches(recipe: Recipe) -> Iterator[Batch]:
     """Endless mini-batches, reshuffled every epoch (see :class:`BatchStream`)."""
     return iter(
-        BatchStream(recipe.X_train, recipe.y_train, batch_size=recipe.batch_size, seed=recipe.seed)
+        BatchStream(
+            recipe.X_train,
+            recipe.y_train,
+            batch_size=recipe.batch_size,
+            seed=recipe.seed,
+            codes=recipe.codes_train,
+        )
     )
 
 
@@ -165,8 +201,11 @@ def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int
 
 
 def class_scorer(recipe: Recipe) -> Scorer:
-    """A classifier's evaluation: argmax accuracy on a training sample and on validation."""
-    return ClassScorer(recipe)
+    """The kind's evaluation: a classifier's argmax accuracy on a training sample and on
+    validation; another kind's metrics (:meth:`faultbench.tasks.kinds.Kind.evaluate`)."""
+    if recipe.kind.name == "multiclass":
+        return ClassScorer(recipe)
+    return KindScorer(recipe)
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,11 +213,11 @@ class Recipe:
     """Everything one training run is made of; faults return modified copies."""
 
     seed: int  # seeds the model init, the batch order, dropout and any fault's randomness
-    n_classes: int  # classes the task has
+    n_outputs: int  # the model's outputs: classes, one logit, labels or targets
     X_train: np.ndarray  # inputs the loop trains on
-    y_train: np.ndarray  # labels the loop trains on
+    y_train: np.ndarray  # targets the loop trains on (the task kind's)
     X_val: np.ndarray  # inputs the run validates on
-    y_val: np.ndarray  # labels the run validates on
+    y_val: np.ndarray  # targets the run validates on
     design: Design  # the healthy choices: network, optimizer and rate, batch, schedule, ...
     image_side: int  # side of the square images a "cnn" reads
     steps: int  # optimizer updates
@@ -194,6 +233,10 @@ class Recipe:
     make_scorer: ScorerFactory = class_scorer  # the evaluation: accuracies and validation loss
     inapplicable: Mapping[str, str] = field(default_factory=dict)  # fault -> why it cannot apply
     sequences: Sequences | None = None  # a sequence task's prompts, lengths and units
+    kind: Kind = MULTICLASS  # what the task predicts
+    codes_train: np.ndarray | None = None  # a second input of categorical codes; else None
+    codes_val: np.ndarray | None = None  # the validation rows' codes
+    code_sizes: tuple[int, ...] = ()  # distinct values of each code column
 
     @property
     def network(self) -> Network:
@@ -272,10 +315,10 @@ def base_setup(task: Task, seed: int, design: Design | None = None) -> Recipe:
     if task.sequences is not None:
         tokens: dict[str, Any] = {"loss": token_cross_entropy, "make_scorer": sequence_scorer}
     else:
-        tokens = {}
+        tokens = {"loss": task.kind.loss()}
     return Recipe(
         seed=seed,
-        n_classes=task.n_classes,
+        n_outputs=task.n_outputs,
         X_train=task.X_train,
         y_train=task.y_train,
         X_val=task.X_val,
@@ -286,6 +329,10 @@ def base_setup(task: Task, seed: int, design: Design | None = None) -> Recipe:
         clip=clip,
         inapplicable=task.inapplicable,
         sequences=task.sequences,
+        kind=task.kind,
+        codes_train=task.codes_train,
+        codes_val=task.codes_val,
+        code_sizes=task.code_sizes,
         **tokens,
     )
 
@@ -305,11 +352,23 @@ def steps_per_epoch(recipe: Recipe) -> int:
 
 
 class BatchStream:
-    """Endless shuffled mini-batches, reshuffled every epoch from a seeded generator."""
+    """Endless shuffled mini-batches, reshuffled every epoch from a seeded generator.
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, *, batch_size: int, seed: int) -> None:
+    With ``codes``, a batch's inputs are ``(codes, X)``: a model of two inputs.
+    """
+
+    def __init__(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        *,
+        batch_size: int,
+        seed: int,
+        codes: np.ndarray | None = None,
+    ) -> None:
         self.X = torch.from_numpy(np.ascontiguousarray(X))
         self.y = torch.from_numpy(np.ascontiguousarray(y))
+        self.codes = None if codes is None else torch.from_numpy(np.ascontiguousarray(codes))
         self.batch_size = min(batch_size, len(y))
         self._rng = np.random.Generator(np.random.PCG64(seed))
 
@@ -319,7 +378,10 @@ class BatchStream:
             order = torch.from_numpy(self._rng.permutation(n))
             for start in range(0, n - self.batch_size + 1, self.batch_size):
                 idx = order[start : start + self.batch_size]
-                yield self.X[idx], self.y[idx]
+                if self.codes is None:
+                    yield self.X[idx], self.y[idx]
+                else:
+                    yield (self.codes[idx], self.X[idx]), self.y[idx]
 
 
 class ClassScorer:
@@ -353,3 +415,35 @@ class ClassScorer:
             # several times faster over a strided dim than over a short last one.
             "val_loss": float(F.cross_entropy(logits.t()[None, :, n:], self.y_val[None])),
         }
+
+
+class KindScorer:
+    """The evaluation of a task of another kind than classes: every metric of the kind
+    (:meth:`faultbench.tasks.kinds.Kind.evaluate`) on a training sample and on validation,
+    and the kind's loss on validation; the training sample and the validation set in one
+    forward pass, as :class:`ClassScorer` does."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        n = min(TRAIN_EVAL_SAMPLE, len(recipe.y_train))
+        self.n = n
+        self.kind = recipe.kind
+        self.loss = recipe.kind.loss()
+        X = np.concatenate([recipe.X_train[:n], recipe.X_val])
+        codes = None
+        if recipe.codes_train is not None and recipe.codes_val is not None:
+            codes = np.concatenate([recipe.codes_train[:n], recipe.codes_val])
+        self.inputs = inputs_of(recipe, X, codes)
+        self.y = np.concatenate([recipe.y_train[:n], recipe.y_val])
+        self.y_val = torch.from_numpy(self.y[n:])
+
+    @torch.inference_mode()
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        """Score ``model`` as it is (put it in eval mode first)."""
+        out = call(model, self.inputs)
+        values = out.numpy()
+        n, score = self.n, self.kind.score
+        scores = {f"train_{score}": self.kind.evaluate(values[:n], self.y[:n])[score]}
+        for name, value in self.kind.evaluate(values[n:], self.y[n:]).items():
+            scores[f"val_{name}"] = value
+        scores["val_loss"] = float(self.loss(out[n:], self.y_val))
+        return scores

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench.core.errors import FaultbenchError
-from faultbench.faults.recipe import Recipe
+from faultbench.faults.recipe import Recipe, call, inputs_of, rows
 from faultbench.training.model import build_model
 from faultbench.training.monitor import IGNORE_INDEX
 from faultbench.training.trace import RunConfig, Trace
@@ -42,12 +42,17 @@ class Probe:
     training data; not its optimizer, learning rate or loader. Every call to
     :meth:`loss` counts as one probe step, so a diagnosis's cost is measured
     rather than declared.
+
+    The inputs are whatever the model takes, as a loader yields them: a tensor, a
+    tuple of tensors (``model(*inputs)``) or a dict (``model(**inputs)``), each with
+    one row per example; :meth:`forward` calls the model on them and returns its
+    output tensor (a Hugging Face ``ModelOutput``'s logits).
     """
 
     def __init__(
         self,
         model: nn.Module | Callable[[], nn.Module],
-        X: torch.Tensor,
+        X: Any,
         y: torch.Tensor,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         key: str = "",
@@ -69,7 +74,7 @@ class Probe:
         ``key`` is the stored run's key ("" for none)."""
         return cls(
             build_model(recipe),
-            torch.from_numpy(recipe.X_train),
+            inputs_of(recipe, recipe.X_train, recipe.codes_train),
             torch.from_numpy(recipe.y_train),
             recipe.loss,
             key,
@@ -80,7 +85,7 @@ class Probe:
         cls,
         make_model: Callable[[], nn.Module],
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-        X: torch.Tensor,
+        X: Any,
         y: torch.Tensor,
     ) -> Probe:
         """Build the probe of a user's run from their own pieces.
@@ -89,23 +94,31 @@ class Probe:
             make_model: Builds the model as the user's script does, before any
                 training (a factory, because the monitored model has moved on).
             loss_fn: The loss the script trains with, ``loss_fn(output, target)``.
-            X: A few training examples, exactly as the loop feeds them (a bug in
-                the inputs must reach the probe too).
+            X: A few training examples' inputs, exactly as the loop feeds them (a bug
+                in the inputs must reach the probe too): a tensor, a tuple of tensors
+                for a model of several inputs (``model(*X)``), or a dict of them
+                (``model(**X)``), each with one row per example.
             y: Their targets.
 
         Raises:
-            FaultbenchError: ``make_model`` is not callable, or X and y differ in length.
+            FaultbenchError: ``make_model`` is not callable, X holds no tensor, or an
+                input and y differ in length.
         """
         if not callable(make_model) or isinstance(make_model, nn.Module):
             raise FaultbenchError(
                 f"make_model must be a function that builds a fresh model; got "
                 f"{type(make_model).__name__}"
             )
-        if len(X) != len(y):
-            raise FaultbenchError(
-                f"X has {len(X)} examples but y has {len(y)}; expected equal lengths"
-            )
-        return cls(make_model, torch.as_tensor(X), torch.as_tensor(y), loss_fn)
+        inputs = _as_tensors(X)
+        target = torch.as_tensor(y)
+        for where, tensor in _named_tensors(inputs):
+            if tensor.dim() == 0 or len(tensor) != len(target):
+                rows = len(tensor) if tensor.dim() else "no"
+                raise FaultbenchError(
+                    f"{where} has {rows} examples but y has {len(target)}; expected one row "
+                    "per example in every input"
+                )
+        return cls(make_model, inputs, target, loss_fn)
 
     def make_model(self) -> nn.Module:
         """A fresh copy of the model as the run initialized it."""
@@ -113,18 +126,65 @@ class Probe:
             return copy.deepcopy(self._model)
         return self._model()
 
+    def forward(self, model: nn.Module, inputs: Any) -> torch.Tensor:
+        """``model``'s output tensor on ``inputs`` (as :meth:`train_data` gives them)."""
+        return output_tensor(call(model, inputs))
+
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The run's loss on a model output; counts one probe step."""
         self.steps_used += 1
         return self._loss_fn(output, target)
 
-    def train_data(self, n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first ``n`` training examples (all when ``n`` is None), as the run saw them."""
+    def train_data(self, n: int | None = None) -> tuple[Any, torch.Tensor]:
+        """The first ``n`` training examples (all when ``n`` is None), as the run saw them:
+        their inputs (the structure the model takes) and targets."""
         stop = len(self._y) if n is None else n
-        return self._X[:stop], self._y[:stop]
+        return rows(self._X, slice(0, stop)), self._y[:stop]
+
+    @property
+    def examples(self) -> int:
+        """How many training examples the probe holds."""
+        return len(self._y)
 
     def __repr__(self) -> str:
         return f"Probe(train_examples={len(self._y)}, steps_used={self.steps_used})"
+
+
+def output_tensor(output: Any) -> torch.Tensor:
+    """A model's output as one tensor: itself, a ``ModelOutput``'s (or dict's) ``logits``,
+    or the first tensor of a tuple."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = output.get("logits") if isinstance(output, Mapping) else None
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise FaultbenchError(
+        f"the model returned {type(output).__name__}; expected a tensor, a tuple starting with "
+        "one, or a mapping with 'logits'"
+    )
+
+
+def _as_tensors(X: Any) -> Any:
+    if isinstance(X, (tuple, list)):
+        return tuple(_as_tensors(x) for x in X)
+    if isinstance(X, Mapping):
+        return {k: _as_tensors(v) for k, v in X.items()}
+    try:
+        return torch.as_tensor(X)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise FaultbenchError(
+            f"X must be a tensor, a tuple or a dict of tensors; got {type(X).__name__} ({exc})"
+        ) from None
+
+
+def _named_tensors(inputs: Any, where: str = "X") -> list[tuple[str, torch.Tensor]]:
+    if isinstance(inputs, tuple):
+        return [pair for i, x in enumerate(inputs) for pair in _named_tensors(x, f"{where}[{i}]")]
+    if isinstance(inputs, dict):
+        return [pair for k, x in inputs.items() for pair in _named_tensors(x, f"{where}[{k!r}]")]
+    return [(where, inputs)]
 
 
 @dataclass(frozen=True, eq=False)

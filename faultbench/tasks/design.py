@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-ARCHITECTURES = ("mlp", "cnn", "gru", "transformer")
+ARCHITECTURES = ("mlp", "cnn", "gru", "transformer", "tabular")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")  # SGD always with momentum 0.9
 ACTIVATIONS = ("relu", "leaky_relu", "gelu", "silu", "tanh")
 NORMS = ("none", "batch", "layer")
@@ -38,7 +38,8 @@ HEADS = 4  # a transformer's attention heads, unless drawn otherwise
 class Network:
     """The model of a design: what a practitioner wrote in their ``nn.Module``."""
 
-    architecture: str  # "mlp", "cnn" (images), "gru" or "transformer" (token ids)
+    architecture: str  # "mlp", "cnn" (images), "gru", "transformer" (token ids) or "tabular"
+    # (categorical codes embedded beside numeric columns: a model of two inputs)
     widths: tuple[int, ...] = (64,)  # fully connected layers before the output; the last: hidden
     # (a transformer: one entry per block, each the residual stream's width, all equal)
     activation: str = "relu"  # after each hidden layer and convolution (ACTIVATIONS, or sigmoid)
@@ -48,7 +49,7 @@ class Network:
     channels: tuple[int, ...] = (CNN_CHANNELS,)  # cnn: output channels of each 3x3 convolution
     downsample: str = "pool"  # cnn: each convolution halves the image by pooling or by stride
     cell: str = "gru"  # gru: the recurrent cell, "gru" or "lstm"
-    embed: int = GRU_EMBED  # gru: token embedding width
+    embed: int = GRU_EMBED  # gru: token embedding width; tabular: each code's embedding width
     state: int = GRU_STATE  # gru: recurrent state width
     heads: int = HEADS  # transformer: attention heads per block (they divide the width)
 
@@ -116,6 +117,8 @@ class Design:
             out |= {"downsample": net.downsample}
         if net.architecture == "gru":
             out |= {"cell": net.cell, "state": net.state}
+        if net.architecture == "tabular":
+            out |= {"embed": net.embed}
         if net.architecture == "transformer":
             out |= {"heads": net.heads}
         return out
@@ -141,6 +144,8 @@ class Design:
             parts.append(f"conv {'x'.join(map(str, net.channels))} {net.downsample}")
         if net.architecture == "gru":
             parts.append(f"{net.cell} {net.embed}/{net.state}")
+        if net.architecture == "tabular":
+            parts.append(f"codes embedded in {net.embed}")
         if net.architecture == "transformer":
             parts.append(f"{len(net.widths)} blocks of {max(net.widths)}, {net.heads} heads")
             parts.append(f"mlp {net.activation}")
@@ -182,7 +187,7 @@ class Family:
     channels: tuple[int, ...] = (4, 8, 16, 32)  # cnn: each convolution's channels
     downsamples: tuple[str, ...] = DOWNSAMPLES  # cnn: max-pooling or stride 2
     cells: tuple[str, ...] = CELLS  # gru: the recurrent cell
-    embeds: tuple[int, ...] = (8, 16, 32)  # gru: token embedding width
+    embeds: tuple[int, ...] = (8, 16, 32)  # gru: token embedding width; tabular: a code's
     states: tuple[int, ...] = (32, 48, 96)  # gru: recurrent state width
     # transformer: attention heads per block. Out of repr, which every task's fingerprint
     # hashes: the tasks of other architectures keep theirs (a transformer task's fingerprint
@@ -200,8 +205,10 @@ class Family:
             for name in ("convolutions", "channels", "downsamples"):
                 out.pop(name)
         if self.architecture != "gru":
-            for name in ("cells", "embeds", "states"):
+            for name in ("cells", "states"):
                 out.pop(name)
+        if self.architecture not in ("gru", "tabular"):
+            out.pop("embeds")
         if self.architecture != "transformer":
             out.pop("heads")
         return out

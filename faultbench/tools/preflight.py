@@ -192,7 +192,7 @@ def pilot_for_task(task: str | Task, cond: Condition | None = None, *, seed: int
             X_val=torch.from_numpy(setup.X_val),
             y_val=torch.from_numpy(setup.y_val),
             batch_size=setup.batch_size,
-            n_classes=setup.n_classes,
+            n_classes=setup.n_outputs,
             lengths=torch.from_numpy(seq.length_train),
             prompts=torch.from_numpy(seq.prompt_train),
             vocab=seq.vocab,
@@ -207,7 +207,7 @@ def pilot_for_task(task: str | Task, cond: Condition | None = None, *, seed: int
         X_val=torch.from_numpy(setup.X_val),
         y_val=torch.from_numpy(setup.y_val),
         batch_size=setup.batch_size,
-        n_classes=setup.n_classes,
+        n_classes=setup.n_outputs,
     )
 
 

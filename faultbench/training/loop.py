@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from faultbench.core import kernels
-from faultbench.faults.recipe import Recipe, Scorer
+from faultbench.faults.recipe import Recipe, Scorer, call
 from faultbench.training.instruments import Instrument, finish_all
 from faultbench.training.model import build_model
 from faultbench.training.monitor import Monitor
@@ -73,7 +73,9 @@ def train(
         schedule = recipe.make_schedule(optimizer, recipe)
         monitor = None
         if record:
-            monitor = Monitor(model, optimizer, every=every)
+            monitor = Monitor(
+                model, optimizer, every=every, kind=recipe.kind, targets=recipe.y_train
+            )
         stream = recipe.loader(recipe)
         batches = monitor.batches(stream) if monitor else stream
         loss_fn, clear, clip, update = recipe.loss, recipe.clear, recipe.clip, recipe.update
@@ -87,7 +89,7 @@ def train(
             instrument.start(model, optimizer, loss_fn)
         for step in range(1, recipe.steps + 1):
             xb, yb = next(batches)
-            output = model(xb)
+            output = call(model, xb)
             loss = loss_fn(output, yb)
             clear(model, optimizer, step)
             loss.backward()

@@ -40,7 +40,9 @@ runs from traces recorded every step, every 10th or every 20th.
 
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -49,6 +51,7 @@ import torch
 from torch import nn
 
 from faultbench.core.errors import FaultbenchError
+from faultbench.tasks.kinds import LEGACY, SPLITS, Kind, get_kind
 from faultbench.training.activations import ActivationWatch
 from faultbench.training.attention import AttentionWatch
 from faultbench.training.hostlog import DeviceLog
@@ -63,9 +66,17 @@ DEFAULT_EVERY = 20  # steps between recorded per-layer and activation statistics
 #: read as Monitor(every=k) would have recorded it (Trace.sampled): the default among them.
 SAMPLINGS = (5, 10, DEFAULT_EVERY, 50)
 IGNORE_INDEX = -100  # a target that the loss skips: torch's cross_entropy default
-# Per step given an output and a target: correct counted targets, counted targets, padding
-# positions (a mask given) and padding positions whose target counted.
-HITS, COUNTED, PADDED, PADDED_COUNTED = range(4)
+# Per step given an output and a target: the batch score's numerator and denominator (the
+# kind's: hits and counted targets for classes), the targets counted, padding positions (a
+# mask given) and padding positions whose target counted.
+NUMERATOR, DENOMINATOR, COUNTED, PADDED, PADDED_COUNTED = range(5)
+#: Batches of targets kept (on their device) to work out the chance level and the loss an
+#: untrained model starts near, when the Monitor was not given the task's targets.
+TARGET_BATCHES = 50
+
+
+class MonitorWarning(UserWarning):
+    """Something the Monitor could not record, said once per monitor."""
 
 
 class Monitor:
@@ -92,10 +103,18 @@ class Monitor:
         ignore_index: The target value the loss skips (a padded or prompt
             position of a language model's labels): such targets count
             neither in the accuracy nor as counted tokens.
+        kind: What the task predicts (:data:`faultbench.tasks.kinds.KINDS`: "multiclass",
+            "binary", "multilabel", "regression", "reconstruction", "next_token"): which
+            score ``step`` records and which logged metric is the task's score. None: only
+            class-index targets are read (a classifier's), anything else records no step
+            score and says so once.
+        targets: The training targets (an array), from which the chance level and the
+            loss an untrained model starts near are worked out; by default the targets
+            of the first :data:`TARGET_BATCHES` steps given to ``step``.
 
     Raises:
-        FaultbenchError: ``every`` is not a whole number of steps >= 1, or an
-            ``also_every`` is not a multiple of it.
+        FaultbenchError: ``every`` is not a whole number of steps >= 1, an
+            ``also_every`` is not a multiple of it, or an unknown ``kind``.
     """
 
     def __init__(
@@ -106,6 +125,8 @@ class Monitor:
         every: int = DEFAULT_EVERY,
         also_every: Sequence[int] | None = None,
         ignore_index: int = IGNORE_INDEX,
+        kind: str | Kind | None = None,
+        targets: Any = None,
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise FaultbenchError(f"every={every!r}: expected a whole number of steps >= 1")
@@ -125,7 +146,12 @@ class Monitor:
         self._first = FirstForward(model)
         self._losses = DeviceLog(1)
         self.ignore_index = ignore_index
-        self._hits = DeviceLog(4)  # per step given an output and target: HITS, COUNTED, ...
+        self.kind: Kind | None = None if kind is None else get_kind(kind)
+        self._probabilities: bool | None = None  # kind None: float targets are class rows?
+        self._targets_given = None if targets is None else np.asarray(targets)
+        self._target_sample: list[torch.Tensor] = []  # the first steps' targets, kept
+        self.notes: list[str] = []  # what could not be recorded, and why (each said once)
+        self._hits = DeviceLog(5)  # per step given an output and target: NUMERATOR, ...
         self._acc_steps: list[int] = []  # those steps' indices
         self._acc_sizes: list[int] = []  # and their numbers of targets (positions, per token)
         self._masked: list[bool] = []  # and whether a padding mask came with them
@@ -135,7 +161,7 @@ class Monitor:
         self._steps = 0
         self._wait: list[float] = []
         self._compute: list[float] = []
-        self._evals: list[tuple[int, float, float, float, float]] = []
+        self._evals: list[tuple[int, dict[str, float]]] = []
         self._inputs = DeviceLog(len(INPUT_STATS))  # the first batch's input statistics
         self._batch_size = 0
         self._ready = 0.0
@@ -181,13 +207,17 @@ class Monitor:
 
         Args:
             loss: The step's loss: a one-element tensor (kept on its device) or a float.
-            output: The model's output for the batch (class scores in the last
-                dimension); with ``target``, the step's training accuracy is recorded.
-            target: Class indices (shape of ``output`` without its last
-                dimension), or one-hot/probability targets (shape of ``output``).
-                Indices equal to ``ignore_index`` do not count: a language model's
-                ``(N, T, V)`` logits with ``(N, T)`` labels give the token accuracy
-                over the counted tokens, and the share of positions counted.
+            output: The model's output for the batch; with ``target``, the step's score
+                (the kind's: accuracy, F1, R², ...) is recorded.
+            target: The batch's targets as the loss takes them: class indices (the
+                output's shape without its last dimension) or one-hot rows for
+                classes; 0/1 floats for a binary or multi-label task; values for a
+                regression. Class indices equal to ``ignore_index`` do not count: a
+                language model's ``(N, T, V)`` logits with ``(N, T)`` labels give the
+                token accuracy over the counted tokens, and the share counted. A
+                shape the Monitor cannot read for the kind records no score for the
+                step, and a warning (:class:`MonitorWarning`, and :attr:`notes`) says
+                why, once.
             mask: Which positions of the input are real tokens (1) and which are
                 padding (0), the shape of the class-index ``target`` (an attention
                 mask, aligned with the positions the output predicts from): the
@@ -195,13 +225,13 @@ class Monitor:
                 in the loss, are recorded.
 
         Raises:
-            FaultbenchError: only one of ``output`` and ``target``, shapes that
-                do not match as described, or a mask without a target.
+            FaultbenchError: only one of ``output`` and ``target``, either not a tensor,
+                or a mask without a target or of another shape.
         """
         now = time.perf_counter()
-        hits = None
+        row = None
         if output is not None or target is not None:
-            hits = self._hits_of(output, target, mask)
+            row = self._score_of(output, target, mask)
         elif mask is not None:
             raise FaultbenchError("monitor.step(mask=...) needs the output and target too")
         value = _loss_value(loss)
@@ -210,8 +240,8 @@ class Monitor:
             self._wait.append(0.0)
         self._losses.append(value)
         self._lrs.append(_rate(self.optimizer))
-        if hits is not None:
-            self._hits.append(hits)
+        if row is not None:
+            self._hits.append(row)
             self._acc_steps.append(self._steps)
         if not self._first.done:  # a model whose own forward is not what the loop calls
             self._first.close()
@@ -227,20 +257,23 @@ class Monitor:
         self._acts.watch(recorded_next)  # hooks only on recorded steps
         self._attention.watch(recorded_next)
 
-    def log_eval(
-        self,
-        *,
-        train_acc: float,
-        val_acc: float,
-        val_loss: float = float("nan"),
-        val_token_acc: float = float("nan"),
-        step: int | None = None,
-    ) -> None:
-        """Record an evaluation of the weights after ``step`` updates (default:
-        the latest step). Evaluations are logged in the order of their steps.
+    def log_eval(self, *, step: int | None = None, **metrics: float) -> None:
+        """Record an evaluation of the weights after ``step`` updates (default: the latest
+        step). Evaluations are logged in the order of their steps.
 
-        For a language model, ``train_acc`` and ``val_acc`` are the task's accuracy (the
-        answers' exact match, say) and ``val_token_acc`` the validation's token accuracy.
+        Name each metric ``<split>_<metric>``, the split ``train`` or ``val``:
+        ``log_eval(train_r2=0.93, val_r2=0.88, val_mae=0.31, val_loss=0.12)``. The
+        metric's direction is known from its name (:data:`faultbench.tasks.kinds.METRICS`:
+        accuracy, f1, auc, r2, exact_match, token_acc are better higher; mae, mse, rmse and
+        loss lower); ``val_<score>`` of the Monitor's kind is the task's score
+        (:attr:`Trace.val_acc`). ``train_acc`` and ``val_acc`` are the task's score
+        whatever the kind (a classifier's accuracy, a language model's exact match), as the
+        first Monitor took them; ``val_token_acc``, a sequence model's teacher-forced
+        token accuracy.
+
+        Raises:
+            FaultbenchError: a metric named without a split, or a value that is not a number.
+            ValueError: an evaluation logged at a step before the last one logged.
         """
         at = self._steps if step is None else int(step)
         if self._evals and at < self._evals[-1][0]:
@@ -248,40 +281,112 @@ class Monitor:
                 f"log_eval(step={at}): evaluations are logged in step order, "
                 f"and step {self._evals[-1][0]:.0f} was logged already"
             )
-        self._evals.append((at, train_acc, val_acc, val_loss, val_token_acc))
+        named: dict[str, float] = {}
+        for name, value in metrics.items():
+            if name.partition("_")[0] not in SPLITS:
+                raise FaultbenchError(
+                    f"log_eval({name}=...): expected a metric named <split>_<metric>, the split "
+                    f"one of {', '.join(SPLITS)} (val_r2, train_f1, val_loss)"
+                )
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise FaultbenchError(f"log_eval({name}={value!r}): expected a number") from None
+            named[self._metric_name(name)] = number
+        self._evals.append((at, named))
+
+    def _metric_name(self, name: str) -> str:
+        """The stored name of a logged metric: ``train_acc``/``val_acc`` are the score's."""
+        if name in ("train_acc", "val_acc"):
+            return f"{name.partition('_')[0]}_{self._score_name()}"
+        return LEGACY.get(name, name)
+
+    def _score_name(self) -> str:
+        return self.kind.score if self.kind is not None else "accuracy"
+
+    @property
+    def _kind_read(self) -> Kind | None:
+        """The kind declared, or else multiclass once a step's targets were read as classes."""
+        if self.kind is not None:
+            return self.kind
+        return get_kind("multiclass") if self._acc_steps else None
 
     # -- what is recorded per step -----------------------------------------------
-    def _hits_of(self, output: Any, target: Any, mask: Any = None) -> torch.Tensor:
-        """[hits, counted, padded, padded and counted] of the batch, on the device (checked
-        before anything is kept)."""
+    def _score_of(self, output: Any, target: Any, mask: Any = None) -> torch.Tensor | None:
+        """The batch's [numerator, denominator, counted, padded, padded and counted] on the
+        device, or None (said once) where the shapes cannot be read for the kind."""
         if not isinstance(output, torch.Tensor) or not isinstance(target, torch.Tensor):
             raise FaultbenchError(
                 f"monitor.step(output={type(output).__name__}, target={type(target).__name__}): "
                 "expected both as tensors (the model's output and the batch's targets)"
             )
-        out_shape, target_shape = tuple(output.shape), tuple(target.shape)
-        if target.is_floating_point() and target_shape == out_shape:
-            labels = target.argmax(-1)  # one-hot or probabilities
-        elif not target.is_floating_point() and target_shape == out_shape[:-1]:
-            labels = target
-        else:
-            raise FaultbenchError(
-                f"monitor.step: output of shape {out_shape} and target of shape {target_shape}; "
-                f"expected class indices of shape {out_shape[:-1]} or class scores of shape "
-                f"{out_shape}"
-            )
-        counted = labels != self.ignore_index
-        padding = self._padding(mask, tuple(labels.shape))
         if not self._output_classes:
             self._output_classes = classes_of(output)
-        self._acc_sizes.append(labels.numel())
+        if self._targets_given is None and len(self._target_sample) < TARGET_BATCHES:
+            self._target_sample.append(target.detach())
+        kind, why = self._readable(output, target)
+        if kind is None:
+            self._note(why)
+            if mask is not None:
+                self._padding(mask, tuple(target.shape))  # a malformed mask is still an error
+            return None
+        if target.is_floating_point() and not kind.float_targets:
+            target = target.argmax(-1)  # one-hot or probability rows of classes
+        parts = kind.step_parts(output, target)
+        size = target.numel()
+        self._acc_sizes.append(size)
+        counted = target != self.ignore_index if not kind.float_targets else None
+        padding = self._padding(mask, tuple(target.shape))
         self._masked.append(padding is not None)
-        hits = ((output.detach().argmax(-1) == labels) & counted).sum()
-        if padding is None:
-            padding = torch.zeros_like(counted)
-        row = [hits, counted.sum(), padding.sum(), (padding & counted).sum()]
-        wide = torch.float64 if hits.device.type == "cpu" else torch.float32  # MPS has no float64
-        return torch.stack(row).to(wide)
+        if padding is None or counted is None:
+            zero = torch.zeros((), dtype=parts.dtype, device=parts.device)
+            return torch.cat([parts, torch.stack([zero, zero])])
+        extra = torch.stack([padding.sum(), (padding & counted).sum()]).to(parts.dtype)
+        return torch.cat([parts, extra])
+
+    def _readable(self, output: torch.Tensor, target: torch.Tensor) -> tuple[Kind | None, str]:
+        """The kind a step's output and target are read as, or None and why not."""
+        out, tgt = tuple(output.shape), tuple(target.shape)
+        kind = self.kind
+        if kind is None:
+            if not target.is_floating_point() and tgt == out[:-1] and len(out) >= 2:
+                return get_kind("multiclass"), ""
+            if (
+                target.is_floating_point()
+                and tgt == out
+                and out[-1] >= 2
+                and _rows_sum_to_1(target)
+            ):
+                return get_kind("multiclass"), ""
+            return None, (
+                f"monitor.step: output {out} and target {tgt} ({target.dtype}) are not class "
+                "indices; no step score is recorded. Pass Monitor(..., kind=...) (one of "
+                "binary, multilabel, regression, reconstruction, multiclass, next_token) so "
+                "that it knows what the targets are"
+            )
+        if not kind.float_targets:
+            if not target.is_floating_point() and tgt == out[:-1]:
+                return kind, ""
+            if target.is_floating_point() and tgt == out and len(out) >= 2:
+                return kind, ""
+            expected = f"class indices of shape {out[:-1]} or class scores of shape {out}"
+        elif kind.name == "multilabel":
+            if tgt == out:
+                return kind, ""
+            expected = f"0/1 labels of the output's shape {out}"
+        else:  # binary, regression, reconstruction: one value per output value
+            if target.numel() == output.numel() and tgt[:1] == out[:1]:
+                return kind, ""
+            expected = f"{output.numel()} target values, {out[0] if out else 1} rows (shape {out})"
+        return None, (
+            f"monitor.step: a {kind.name} output of shape {out} and target of shape {tgt}; "
+            f"expected {expected}; no step score is recorded for such steps"
+        )
+
+    def _note(self, why: str) -> None:
+        if why not in self.notes:
+            self.notes.append(why)
+            warnings.warn(why, MonitorWarning, stacklevel=4)
 
     def _padding(self, mask: Any, shape: tuple[int, ...]) -> torch.Tensor | None:
         """Where ``mask`` says padding (a boolean tensor of ``shape``), or None without one."""
@@ -296,11 +401,16 @@ class Monitor:
         return mask.detach() == 0
 
     def _first_batch(self, batch: Any) -> None:
-        x = batch[0] if isinstance(batch, (tuple, list)) else batch
-        if not isinstance(x, torch.Tensor):
+        # A batch is (inputs, targets), a dict, or the inputs alone; the inputs may be
+        # several tensors (a model of two inputs): the first float one is read.
+        inputs = batch[0] if isinstance(batch, (tuple, list)) and len(batch) == 2 else batch
+        tensors = _tensors(inputs)
+        if not tensors:
             return
-        self._batch_size = int(x.shape[0]) if x.dim() else 1
-        if x.is_floating_point():
+        self._batch_size = int(tensors[0].shape[0]) if tensors[0].dim() else 1
+        floats = [t for t in tensors if t.is_floating_point() and t.numel()]
+        if floats:
+            x = floats[0]
             x = x.detach().to(torch.promote_types(x.dtype, torch.float32))
             spread = x.std() if x.numel() > 1 else torch.zeros((), dtype=x.dtype, device=x.device)
             self._inputs.append(torch.stack([x.mean(), spread, x.abs().max()]))
@@ -311,23 +421,55 @@ class Monitor:
 
         ``n_classes`` is the last dimension of the model's first output (the
         first tensor it returns in training mode, or else the first ``output``
-        given to :meth:`step`), or else the width of the last layer to run.
-        ``layer_widths`` are the first layer's input width, then each layer's
-        output width, in the order of the first training forward (see
-        :class:`faultbench.training.widths.FirstForward` for which layers
-        count and what a width is).
+        given to :meth:`step`), or else the width of the last layer to run: the
+        classes, or the outputs of another kind. ``layer_widths`` are the first
+        layer's input width, then each layer's output width, in the order of the
+        first training forward (see :class:`faultbench.training.widths.FirstForward`
+        for which layers count and what a width is). The chance level and the loss
+        reference are the kind's (:class:`faultbench.tasks.kinds.Kind`) on the
+        targets given to the Monitor, or else on those of the first steps; NaN when
+        the kind is not known or no target was seen.
         """
         widths = tuple(self._first.widths)
         classes = classes_of(self._first.output) or self._output_classes
+        outputs = classes or (widths[-1] if widths else 0)
         rates = self._rates()
+        chance = reference = math.nan
+        targets, kind = self._targets(), self._kind_read
+        if kind is not None and targets is not None and len(targets):
+            chance = kind.chance(targets)
+            reference = kind.loss_reference(targets, outputs)
         return RunConfig(
             optimizer=type(self.optimizer).__name__,
             lr=float(rates.max()) if len(rates) else float(_rate(self.optimizer)),
             batch_size=self._batch_size,
             steps=self._steps,
-            n_classes=classes or (widths[-1] if widths else 0),
+            n_classes=outputs,
             layer_widths=widths,
             param_count=sum(p.numel() for p in self.model.parameters()),
+            kind=kind.name if kind is not None else "",
+            score=self._score_name(),
+            chance=chance,
+            loss_reference=reference,
+        )
+
+    def _targets(self) -> np.ndarray | None:
+        """The targets the chance level is read from (given, or the first steps')."""
+        if self._targets_given is not None:
+            return self._targets_given
+        if not self._target_sample:
+            return None
+        try:
+            joined = torch.cat(
+                [t.reshape(len(t), -1) if t.dim() else t[None, None] for t in self._target_sample]
+            )
+        except RuntimeError:  # batches of different widths (sequences of other lengths)
+            joined = torch.cat([t.reshape(-1) for t in self._target_sample])
+        flat = joined.cpu().numpy()
+        return (
+            flat[:, 0]
+            if flat.ndim == 2 and flat.shape[1] == 1 and not joined.is_floating_point()
+            else flat
         )
 
     def trace(self) -> Trace:
@@ -336,31 +478,43 @@ class Monitor:
         steps = len(losses)
         layer_series = self._layers.series()
         recorded = len(layer_series["zero_grad_share"])
-        evals = np.array(self._evals, dtype=np.float64).reshape(-1, 5)
         per_token = self._per_token(steps)
+        metrics = self._metric_series()
+        score = self._score_name()
+        evals = len(self._evals)
+        nan = np.full(evals, np.nan)
         return Trace(
             loss=losses,
             zero_grad_share=layer_series.pop("zero_grad_share"),
             inactive_share=self._acts.inactive_share(recorded),
             wait_seconds=np.array(self._wait[:steps]),
             compute_seconds=np.array(self._compute[:steps]),
-            eval_steps=evals[:, 0],
-            train_acc=evals[:, 1],
-            val_acc=evals[:, 2],
-            val_loss=evals[:, 3],
+            eval_steps=np.array([at for at, _ in self._evals], dtype=np.float64),
+            train_acc=metrics.get(f"train_{score}", nan),
+            val_acc=metrics.get(f"val_{score}", nan),
+            val_loss=metrics.get("val_loss", nan),
             input_stats=self._input_stats(),
             stat_steps=np.array(self._stat_steps[:recorded], dtype=np.float64),
             batch_acc=per_token["batch_acc"],
             lr=self._rates()[:steps],
-            val_token_acc=evals[:, 4],
+            val_token_acc=metrics.get("val_token_acc", nan),
             counted_share=per_token["counted_share"],
             padding_share=per_token["padding_share"],
             padding_counted_share=per_token["padding_counted_share"],
+            metrics=metrics,
             **layer_series,
             **self._acts.series(),
             **self._attention.series(),
             **self._layers.at_end(),
         )
+
+    def _metric_series(self) -> dict[str, np.ndarray]:
+        """Every logged metric's values, one per evaluation (NaN where it was not logged)."""
+        names = list(dict.fromkeys(name for _, logged in self._evals for name in logged))
+        return {
+            name: np.array([logged.get(name, np.nan) for _, logged in self._evals], np.float64)
+            for name in names
+        }
 
     def _rates(self) -> np.ndarray:
         return np.array([float(r) for r in self._lrs], dtype=np.float64)
@@ -378,7 +532,7 @@ class Monitor:
         sizes = np.array(self._acc_sizes[: len(raw)], dtype=np.float64)
         masked = np.array(self._masked[: len(raw)], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
-            out["batch_acc"][at] = raw[:, HITS] / raw[:, COUNTED]
+            out["batch_acc"][at] = raw[:, NUMERATOR] / raw[:, DENOMINATOR]
             out["counted_share"][at] = raw[:, COUNTED] / sizes
             padded = np.where(masked, raw[:, PADDED], np.nan)
             out["padding_share"][at] = padded / sizes
@@ -397,6 +551,24 @@ class Monitor:
         self._acts.close()
         self._attention.close()
         self._first.close()
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a batch's inputs (a tensor, or nested tuples, lists and dicts), in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _rows_sum_to_1(target: torch.Tensor) -> bool:
+    """Whether float targets are rows of class probabilities (one-hot included): read back
+    once, on the step that first needs it."""
+    t = target.detach()
+    return bool(((t >= 0).all() & ((t.sum(-1) - 1).abs() < 1e-3).all()).item())
 
 
 def _rate(optimizer: torch.optim.Optimizer) -> Any:

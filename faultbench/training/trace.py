@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
@@ -16,9 +17,35 @@ class RunConfig:
     lr: float  # the first parameter group's largest rate over the run (a schedule's peak)
     batch_size: int  # examples in the first batch
     steps: int  # optimizer updates the run made
-    n_classes: int  # last dimension of the model's first output (see Monitor)
+    n_classes: int  # last dimension of the model's first output: its outputs (see Monitor)
     layer_widths: tuple[int, ...]  # the first layer's input, then each layer's output width
     param_count: int  # trainable and frozen parameters together
+    kind: str = ""  # what the task predicts (faultbench.tasks.kinds); "": not known
+    score: str = "accuracy"  # the metric train_acc / val_acc hold (higher is better)
+    chance: float = math.nan  # the score of the best constant predictor on the targets
+    loss_reference: float = math.nan  # the loss an untrained model starts near (ln C, var y)
+
+    @property
+    def chance_level(self) -> float:
+        """The score a constant predictor gets: :attr:`chance`, or, for a run whose kind is
+        not known but whose output scores two or more classes, one in C; NaN otherwise (a
+        check that needs it stays silent)."""
+        if math.isfinite(self.chance):
+            return self.chance
+        return 1.0 / self.n_classes if self._classes_assumed else math.nan
+
+    @property
+    def start_loss(self) -> float:
+        """The loss an untrained model starts near: :attr:`loss_reference`, or, for a run
+        whose kind is not known but whose output scores two or more classes, ln C; NaN
+        otherwise."""
+        if math.isfinite(self.loss_reference):
+            return self.loss_reference
+        return math.log(self.n_classes) if self._classes_assumed else math.nan
+
+    @property
+    def _classes_assumed(self) -> bool:
+        return self.kind in ("", "multiclass", "next_token") and self.n_classes >= 2
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping."""
@@ -26,7 +53,7 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict` (a record of older code lacks the fields added since)."""
         return cls(**{**data, "layer_widths": tuple(data["layer_widths"])})
 
 
@@ -73,15 +100,18 @@ class Trace:
     wait_seconds: np.ndarray  # time spent waiting for the batch
     compute_seconds: np.ndarray  # time from batch in hand to update done
     eval_steps: np.ndarray  # the step after which each evaluation ran
-    train_acc: np.ndarray  # accuracy on (a sample of) the training labels as trained
-    val_acc: np.ndarray  # accuracy on the validation set
+    # The task's score (RunConfig.score, higher is better: accuracy for a classifier, exact
+    # match for a sequence task, R² for a regression, F1 for labels), per evaluation:
+    train_acc: np.ndarray  # on (a sample of) the training targets as trained
+    val_acc: np.ndarray  # on the validation set
     val_loss: np.ndarray  # loss on the validation set
     input_stats: dict[str, float] = field(default_factory=dict)  # first batch: mean, std, abs_max
     no_grad_weights: dict[str, int] = field(default_factory=dict)  # per layer: never got a gradient
     weight_change: dict[str, float] = field(default_factory=dict)  # per layer: |w_end-w_0|/|w_0|
     weight_count: dict[str, int] = field(default_factory=dict)  # per layer: parameters
     stat_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 0-based recorded steps
-    batch_acc: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step: batch accuracy
+    batch_acc: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step: the batch's
+    # score (the kind's: accuracy, F1, R²; NaN where the step's output could not be read)
     grad_mean_abs: dict[str, np.ndarray] = field(default_factory=dict)  # per layer: mean |gradient|
     weight_norm: dict[str, np.ndarray] = field(default_factory=dict)  # per layer: |w| before update
     nonpositive_share: dict[str, np.ndarray] = field(default_factory=dict)  # ReLU family: out <= 0
@@ -103,6 +133,9 @@ class Trace:
     # module, per recorded step: mean entropy of a row of weights (nats)
     attention_future: dict[str, np.ndarray] = field(default_factory=dict)  # per attention
     # module, per recorded step: mean share of a row's weight on later positions (0: causal)
+    # Every metric logged, per evaluation, by its name (<split>_<metric>: val_r2, val_mae,
+    # train_f1; faultbench.tasks.kinds.METRICS gives each one's direction); NaN where absent.
+    metrics: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -181,7 +214,7 @@ class Trace:
             if f.name not in data and f.default_factory is not MISSING:
                 continue  # a field added since (a record of other code is keyed apart anyway)
             value = data[f.name]
-            if f.name in SERIES_BY_NAME:
+            if f.name in SERIES_BY_NAME or f.name == "metrics":
                 kwargs[f.name] = {k: _array(v) for k, v in value.items()}
             elif f.name == "no_grad_sampled":
                 kwargs[f.name] = {k: dict(v) for k, v in value.items()}
