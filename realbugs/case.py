@@ -65,9 +65,10 @@ FIDELITY = ("FIDELITY_DATA", "FIDELITY_MODEL", "FIDELITY_CODE")
 
 
 def task_kinds() -> tuple[str, ...]:
-    """The task kinds a case may declare (faultbench.tasks.kinds)."""
-    # TEMPORARY until the task-kinds commit reaches main: then read its registry.
-    return ("multiclass", "binary", "multilabel", "regression", "reconstruction", "next_token")
+    """The task kinds a case may declare (:data:`faultbench.tasks.kinds.KINDS`)."""
+    from faultbench.tasks.kinds import KINDS
+
+    return tuple(KINDS)
 
 
 #: Web hosts a case's source may live on: the places the issue names.

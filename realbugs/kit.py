@@ -29,7 +29,9 @@ __all__ = [
     "digits",
     "digits_arrays",
     "finish",
+    "log_scores",
     "mean_loss",
+    "scores",
     "seed_everything",
     "split",
 ]
@@ -135,6 +137,37 @@ def batches_of(dataset: torch.utils.data.Dataset, batch_size: int) -> torch.util
 def accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
     """Share of ``X`` whose highest score is ``y`` (the model's mode is left as it is)."""
     return float((model(X).argmax(-1) == y).float().mean())
+
+
+@torch.no_grad()
+def scores(
+    model: nn.Module, X: torch.Tensor | tuple[torch.Tensor, ...], y: torch.Tensor, *, kind: str
+) -> dict[str, float]:
+    """Every metric of the task ``kind`` (faultbench.tasks.kinds) on ``X``: the R² and MAE of
+    a regression, the F1 of a multi-label task... (a tuple ``X`` is a multi-input model's)."""
+    from faultbench.tasks.kinds import get_kind
+
+    output = model(*X) if isinstance(X, tuple) else model(X)
+    return get_kind(kind).evaluate(output.numpy(), y.numpy())
+
+
+def log_scores(
+    monitor: Monitor,
+    model: nn.Module,
+    *,
+    kind: str,
+    train: tuple[torch.Tensor, torch.Tensor],
+    val: tuple[torch.Tensor, torch.Tensor] | None = None,
+    **also: float,
+) -> None:
+    """Log every metric of ``kind`` on the training data and on the validation data
+    (``train_r2=..., val_r2=..., val_mae=...``), and the named values ``also`` (a
+    ``val_loss``); a source with no held-out data is measured on its own rows (``val``
+    omitted)."""
+    held_out = train if val is None else val
+    logged = {f"train_{k}": v for k, v in scores(model, *train, kind=kind).items()}
+    logged |= {f"val_{k}": v for k, v in scores(model, *held_out, kind=kind).items()}
+    monitor.log_eval(**logged, **also)
 
 
 @torch.no_grad()

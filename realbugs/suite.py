@@ -118,6 +118,13 @@ DROPPED: tuple[Dropped, ...] = (
         "the stand-in does not have",
     ),
     Dropped(
+        "pytorchdr_loader_without_workers",
+        "https://github.com/YijinHuang/pytorch-DR/issues/1",
+        "fixed twin not healthy: the maintainer's fix is loader worker processes, and with 4 "
+        "or 8 of them on the suite's two shared cores the twin still waited 48% to 63% of its "
+        "step time (the faulty form 86%), against the bar's half",
+    ),
+    Dropped(
         "openillumi_large_scale_sigmoid_net",
         "https://openillumi.com/en/en-pytorch-performance-fix-standardization",
         "not eligible: a blog post retelling a problem, not a forum thread, a Stack Overflow "

@@ -39,8 +39,7 @@ REPORTED_EFFECT = (
     "the loss fell from 4.75 to 0.99 in 60 epochs"
 )
 REENACTED_EFFECT = (
-    "the first layer changes by 0 and the loss only halves (0.39 of its start); the twin's "
-    "loss ends at 0.0002 of its start"
+    "the first layer changes by 0 and R² is -0.001 (one constant); the twin's R² is 1.000"
 )
 OBSERVED = True
 EPOCHS = 60
@@ -73,7 +72,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     network = make_model()
     loss_fn = nn.MSELoss()
     optimizer = torch.optim.SGD(network.parameters(), lr=0.05)
-    monitor = Monitor(network, optimizer, every=1)
+    monitor = Monitor(network, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for xb, yb in monitor.batches(zip(X.split(10), Y.split(10))):
             optimizer.zero_grad()
@@ -81,4 +80,5 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             optimizer.step()
             monitor.step(loss)
+    kit.log_scores(monitor, network, kind=KIND, train=(X, Y))
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=X, y=Y)

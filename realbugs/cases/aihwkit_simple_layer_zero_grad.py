@@ -20,9 +20,11 @@ MODEL = "linear"
 OPTIMIZER = "SGD"
 DATA = (
     "The example's own two input rows and two-column targets; a digital nn.Linear(4, 2) stands "
-    "in for the analog layer (AnalogLinear) and plain SGD for AnalogSGD at the same rate."
+    "in for the analog layer (AnalogLinear) and plain SGD for AnalogSGD at the same rate, for "
+    "500 iterations rather than the example's 100, so that the fixed twin fits the two rows "
+    "(R² 0.93; at 100 it reaches 0.40). The fit is measured on the two rows themselves."
 )
-SYMPTOM = Symptom("loss_rebound", above=2.0)  # the loss ends at over twice its lowest level
+SYMPTOM = Symptom("loss_ratio", above=0.5)  # the loss does not keep falling: it rises again
 SEED = 0
 KIND = "regression"
 REFERENCE = Reference(1.0, "least squares: a linear map fits the two rows exactly (R² 1.000)")
@@ -33,9 +35,12 @@ REPORTED_EFFECT = (
     "over 10 iterations the loss falls from 1.03 to 0.06 and rises again to 0.87; with "
     "zero_grad it falls to 0.02"
 )
-REENACTED_EFFECT = "the loss ends at 2.59 times its lowest point (the twin's at 1.01)"
+REENACTED_EFFECT = (
+    "over 500 iterations the loss falls and rises again, ending at 1.06 of its start (R² -1.18); "
+    "the twin's ends at 0.02 of its start (R² 0.93)"
+)
 OBSERVED = True
-EPOCHS = 100
+EPOCHS = 500
 
 
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
@@ -51,7 +56,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = nn.MSELoss()
-    monitor = Monitor(model, opt, every=1)
+    monitor = Monitor(model, opt, every=1, kind=KIND)
     for _epoch in range(epochs):
         for xb, yb in monitor.batches([(x, y)]):
             if fixed:
@@ -61,4 +66,5 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             opt.step()
             monitor.step(loss)
+    kit.log_scores(monitor, model, kind=KIND, train=(x, y))
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=x, y=y)

@@ -36,7 +36,7 @@ FIDELITY_DATA = OWN
 FIDELITY_MODEL = OWN
 FIDELITY_CODE = OWN
 REPORTED_EFFECT = "none given: the network could not learn the data"
-REENACTED_EFFECT = "the loss ends at 1.000 of its start; the twin's at 0.019"
+REENACTED_EFFECT = "the loss ends at 1.000 of its start, R² -0.78; the twin's at 0.019, R² 0.992"
 OBSERVED = True
 EPOCHS = 300
 
@@ -69,7 +69,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.MSELoss()
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch, (x, y) in zip(
         range(epochs), monitor.batches((input, target) for _ in range(epochs))
     ):
@@ -79,4 +79,5 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         loss.backward()
         optimizer.step()
         monitor.step(loss)
+    kit.log_scores(monitor, model, kind=KIND, train=(input, target))
     return kit.finish(monitor, make_model=make_model, loss_fn=criterion, X=input, y=target)

@@ -27,9 +27,7 @@ FIDELITY_DATA = OWN
 FIDELITY_MODEL = OWN
 FIDELITY_CODE = OWN
 REPORTED_EFFECT = "the weights become NaN within the first epoch (200 steps of one example)"
-REENACTED_EFFECT = (
-    "64% of the 200 steps' losses are not finite; the twin's loss falls to 4e-8 of its start"
-)
+REENACTED_EFFECT = "64% of the 200 steps' losses are not finite; the twin fits with R² 1.000"
 OBSERVED = True
 EPOCHS = 1
 
@@ -49,7 +47,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=0)
     loss_fn = nn.MSELoss()
-    monitor = Monitor(model, sgd, every=1)
+    monitor = Monitor(model, sgd, every=1, kind=KIND)
     for _epoch in range(epochs):
         for xb, yb in monitor.batches(zip(x.split(1), y.split(1))):
             sgd.zero_grad()
@@ -57,4 +55,5 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             sgd.step()
             monitor.step(loss)
+    kit.log_scores(monitor, model, kind=KIND, train=(x, y))
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=x, y=y)

@@ -36,7 +36,9 @@ FIDELITY_DATA = OWN
 FIDELITY_MODEL = OWN
 FIDELITY_CODE = OWN
 REPORTED_EFFECT = "none given: W and b become nan"
-REENACTED_EFFECT = "98% of the 201 steps' losses are not finite"
+REENACTED_EFFECT = (
+    "98% of the 201 steps' losses are not finite; the twin at 0.0001 fits with R² 0.997"
+)
 OBSERVED = True
 EPOCHS = 201
 
@@ -69,11 +71,12 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
 
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4 if fixed else 0.5)
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for xb, yb in monitor.batches((x, y) for _ in range(epochs)):
         optimizer.zero_grad()
         loss = loss_fn(model(xb), yb)
         loss.backward()
         optimizer.step()
         monitor.step(loss)
+    kit.log_scores(monitor, model, kind=KIND, train=(x, y))
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=x, y=y)

@@ -28,7 +28,10 @@ DATA = (
 SYMPTOM = Symptom("nonfinite_loss", above=0.0)  # the loss is NaN
 SEED = 0
 KIND = "regression"
-REFERENCE = Reference(0.99, "ordinary least squares on the plane's inputs (R² to be measured)")
+REFERENCE = Reference(
+    0.949,
+    "scikit-learn's LinearRegression on the plane's training half, scored on the test half: 0.949",
+)
 FIDELITY_DATA = OWN
 FIDELITY_MODEL = OWN
 FIDELITY_CODE = OWN
@@ -36,7 +39,8 @@ REPORTED_EFFECT = (
     "the neurons and the output become NaN at a learning rate of 1; rates below 0.3 work"
 )
 REENACTED_EFFECT = (
-    "96% of the steps' losses are not finite; the twin's loss ends at 0.11 of its start"
+    "96% of the steps' losses are not finite; the twin's loss ends at 0.11 of its start, test "
+    "R² 0.928"
 )
 OBSERVED = True
 EPOCHS = 2
@@ -61,7 +65,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     network = make_model()
     loss_fn = nn.MSELoss()
     optimizer = torch.optim.SGD(network.parameters(), lr=learning_rate)
-    monitor = Monitor(network, optimizer, every=1)
+    monitor = Monitor(network, optimizer, every=1, kind=KIND)
     for _epoch in range(epochs):
         for point, target in monitor.batches(zip(train_x.split(1), train_y.split(1))):
             optimizer.zero_grad()
@@ -69,9 +73,12 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             optimizer.step()
             monitor.step(loss)
-        monitor.log_eval(
-            train_acc=float("nan"),
-            val_acc=float("nan"),
+        kit.log_scores(
+            monitor,
+            network,
+            kind=KIND,
+            train=(train_x, train_y),
+            val=(test_x, test_y),
             val_loss=kit.mean_loss(network, loss_fn, test_x, test_y),
         )
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=train_x, y=train_y)
