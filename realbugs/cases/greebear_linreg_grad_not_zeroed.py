@@ -37,9 +37,7 @@ REFERENCE = Reference(
 FIDELITY_DATA = OWN
 FIDELITY_MODEL = OWN
 FIDELITY_CODE = OWN
-REPORTED_EFFECT = (
-    "none given: the loss is not always decreasing, even at a learning rate of 1e-6"
-)
+REPORTED_EFFECT = "none given: the loss is not always decreasing, even at a learning rate of 1e-6"
 REENACTED_EFFECT = (
     "after 1,000 iterations the loss is back at 1.00 of its start and R² is -8.9; the twin "
     "stops below 0.55 at iteration 951 with R² 0.986"
