@@ -62,6 +62,12 @@ CONSTANTS = {
 }
 #: The fidelity constants, in the order the tables show them.
 FIDELITY = ("FIDELITY_DATA", "FIDELITY_MODEL", "FIDELITY_CODE")
+#: The rule that makes a case faithful (realbugs/README.md says what counts as own).
+FAITHFUL = (
+    "the source's own data, model and code (each FIDELITY_* is OWN: the same data, the same "
+    "architecture and the same loop with its hyperparameters, ported to PyTorch if written "
+    "for another framework, shortened in epochs only where stated)"
+)
 
 
 def task_kinds() -> tuple[str, ...]:
@@ -72,7 +78,12 @@ def task_kinds() -> tuple[str, ...]:
 
 
 #: Web hosts a case's source may live on: the places the issue names.
-SOURCE_HOSTS = ("https://github.com/", "https://discuss.pytorch.org/", "https://stackoverflow.com/")
+SOURCE_HOSTS = (
+    "https://github.com/",
+    "https://discuss.pytorch.org/",
+    "https://stackoverflow.com/",
+    "https://datascience.stackexchange.com/",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -236,7 +247,7 @@ class Case:
 
     @property
     def faithful(self) -> bool:
-        """Whether the case uses the source's own data, model and code (the README's rule)."""
+        """Whether the case uses the source's own data, model and code (:data:`FAITHFUL`)."""
         return all(value == OWN for value in self.fidelity)
 
     @property

@@ -40,7 +40,7 @@ REFERENCE = Reference(
 FIDELITY_DATA = "stand-in: generated covariates and densities for the census and building maps"
 FIDELITY_MODEL = "stand-in: a 6-32-32-1 MLP ending in ReLU for the scale net"
 FIDELITY_CODE = "stand-in: a plain MSE loop with Adam"
-REPORTED_EFFECT = "only zeros predicted and no gradient, for some initializations"
+REPORTED_EFFECT = "none given: only zeros predicted and no gradient, for some initializations"
 REENACTED_EFFECT = (
     "0 predicted for every cell: the first layer changes by 0 and R² is -1.82; the twin's "
     "R² is 0.925"
