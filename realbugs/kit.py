@@ -167,7 +167,7 @@ def log_scores(
     held_out = train if val is None else val
     logged = {f"train_{k}": v for k, v in scores(model, *train, kind=kind).items()}
     logged |= {f"val_{k}": v for k, v in scores(model, *held_out, kind=kind).items()}
-    monitor.log_eval(**logged, **also)
+    monitor.log_eval(step=None, **logged, **also)
 
 
 @torch.no_grad()

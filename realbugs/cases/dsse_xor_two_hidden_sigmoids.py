@@ -46,11 +46,11 @@ EPOCHS = 2000
 
 def xor_network(hidden: int) -> nn.Sequential:
     """Input, one hidden logistic layer, one logistic output; weights uniform in (-1, 1)."""
-    net = nn.Sequential(nn.Linear(2, hidden), nn.Sigmoid(), nn.Linear(hidden, 1), nn.Sigmoid())
-    for layer in (net[0], net[2]):
+    first, second = nn.Linear(2, hidden), nn.Linear(hidden, 1)
+    for layer in (first, second):
         nn.init.uniform_(layer.weight, -1.0, 1.0)
         nn.init.uniform_(layer.bias, -1.0, 1.0)
-    return net
+    return nn.Sequential(first, nn.Sigmoid(), second, nn.Sigmoid())
 
 
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:

@@ -70,7 +70,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             yield X[order[i : i + BATCH]], y[order[i : i + BATCH]]
 
     for _epoch in range(epochs):
-        accuracy = {}
+        accuracy: dict[str, float] = {}
         for phase in ("train", "val"):
             model.train(phase == "train")
             running_corrects = torch.tensor(0) if not fixed else 0.0
@@ -89,7 +89,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
                 else:
                     running_corrects += torch.sum(preds == labels.data)
             if fixed:
-                accuracy[phase] = running_corrects / dataset_sizes[phase]
+                accuracy[phase] = float(running_corrects) / dataset_sizes[phase]
             else:  # PyTorch 0.4's `/` on a LongTensor
                 accuracy[phase] = float(running_corrects // dataset_sizes[phase])
         scheduler.step()
