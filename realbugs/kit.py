@@ -186,7 +186,7 @@ def finish(
     *,
     make_model: Callable[[], nn.Module],
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    X: torch.Tensor,
+    X: torch.Tensor | tuple[torch.Tensor, ...],
     y: torch.Tensor,
 ) -> CaseRun:
     """Close the monitor and return the trace, the configuration and a probe.
@@ -195,10 +195,12 @@ def finish(
         monitor: The script's monitor (every step recorded).
         make_model: Builds the model exactly as the script did before training.
         loss_fn: The loss the script trained with (the bug included, if it is there).
-        X: Training inputs exactly as the loop fed them (the bug included).
+        X: Training inputs exactly as the loop fed them (the bug included); a tuple for a
+            model of several inputs (``model(*X)``).
         y: Their targets, as the loop fed them.
     """
     trace, config = monitor.trace(), monitor.config()
     monitor.close()
-    probe = Probe.from_user(make_model, loss_fn, X[:PROBE_EXAMPLES], y[:PROBE_EXAMPLES])
+    first = tuple(t[:PROBE_EXAMPLES] for t in X) if isinstance(X, tuple) else X[:PROBE_EXAMPLES]
+    probe = Probe.from_user(make_model, loss_fn, first, y[:PROBE_EXAMPLES])
     return CaseRun(trace, config, probe)

@@ -125,6 +125,15 @@ DROPPED: tuple[Dropped, ...] = (
         "step time (the faulty form 86%), against the bar's half",
     ),
     Dropped(
+        "siamese_contrastive_distance_broadcast",
+        "https://github.com/harveyslash/Facial-Similarity-with-Siamese-Networks-in-Pytorch/issues/27",
+        "fixed twin not healthy: on pairs of digits with a shared MLP tower, the twin "
+        "(keepdim=True) pushed its training pairs apart (training pair accuracy 0.975) but "
+        "told held-out pairs apart no better than chance (0.527 after 16 epochs), under the "
+        "bar of 0.9 x a logistic regression's 0.57 only by the stand-in's failure to "
+        "generalize, not by the bug",
+    ),
+    Dropped(
         "openillumi_large_scale_sigmoid_net",
         "https://openillumi.com/en/en-pytorch-performance-fix-standardization",
         "not eligible: a blog post retelling a problem, not a forum thread, a Stack Overflow "
