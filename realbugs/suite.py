@@ -127,11 +127,10 @@ DROPPED: tuple[Dropped, ...] = (
     Dropped(
         "siamese_contrastive_distance_broadcast",
         "https://github.com/harveyslash/Facial-Similarity-with-Siamese-Networks-in-Pytorch/issues/27",
-        "fixed twin not healthy: on pairs of digits with a shared MLP tower, the twin "
-        "(keepdim=True) pushed its training pairs apart (training pair accuracy 0.975) but "
-        "told held-out pairs apart no better than chance (0.527 after 16 epochs), under the "
-        "bar of 0.9 x a logistic regression's 0.57 only by the stand-in's failure to "
-        "generalize, not by the bug",
+        "symptom did not reproduce: on pairs of digits with a shared MLP tower both forms "
+        "told held-out pairs apart near chance (the faulty 0.578, the twin 0.527 after 16 "
+        "epochs, while the twin's training pairs reached 0.975); the stand-in did not "
+        "generalize enough to show what the broadcast costs",
     ),
     Dropped(
         "openillumi_large_scale_sigmoid_net",
