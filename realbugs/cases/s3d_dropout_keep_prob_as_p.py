@@ -34,7 +34,7 @@ REFERENCE = kit.DIGITS_REFERENCE
 FIDELITY_DATA = "stand-in: digits for UCF101's clips"
 FIDELITY_MODEL = "stand-in: a small 2-D network with S3D's pooling, dropout and 1x1 logits"
 FIDELITY_CODE = "stand-in: a plain fine-tuning loop with SGD"
-REPORTED_EFFECT = "every example's scores equal within a minibatch; very slow convergence"
+REPORTED_EFFECT = "none given: every example's scores equal in a minibatch; very slow convergence"
 REENACTED_EFFECT = (
     "the features change by 0 and the loss stays at 0.999 of its start, validation accuracy "
     "0.078; the twin's features move (1.08 of their size) and it validates at 0.972"
