@@ -83,6 +83,7 @@ SOURCE_HOSTS = (
     "https://discuss.pytorch.org/",
     "https://stackoverflow.com/",
     "https://datascience.stackexchange.com/",
+    "https://stats.stackexchange.com/",
 )
 
 

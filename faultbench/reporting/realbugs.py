@@ -1,4 +1,4 @@
-"""The real-bug suite in ``results/``: the leaderboard's real-bug columns and ``realbugs.md``.
+"""The real-bug suite in ``results/``: ``realbugs.md`` and its tables.
 
 Everything here reads one table: every shipped diagnoser's answers on every form of
 every case (:meth:`faultbench.tools.realbugs.RealBugsReport.answers_frame`, one frame
@@ -33,7 +33,8 @@ from faultbench.realbugs.case import FAITHFUL
 from faultbench.scoring import scores
 from faultbench.scoring.scores import Share
 
-#: The leaderboard's real-bug columns, in order, with what each counts.
+#: The real-bug score columns of ``realbugs.md``, in order, with what each counts (the
+#: leaderboard's first four, :mod:`faultbench.reporting.assemble`, are the same shares).
 COLUMNS = {
     "real-bug identification": "known-label cases' faulty forms named correctly",
     "real-bug out-of-list not healthy": "other_fault cases' faulty forms not called healthy",
@@ -87,7 +88,7 @@ def shares(answers: pd.DataFrame) -> dict[str, dict[str, Share]]:
 
 
 def columns(answers: pd.DataFrame) -> pd.DataFrame:
-    """The leaderboard's real-bug columns: one row per diagnoser, cells with intervals."""
+    """The real-bug score columns: one row per diagnoser, cells with intervals."""
     rows = [
         {"diagnoser": name, **{column: cell(share) for column, share in found.items()}}
         for name, found in shares(answers).items()

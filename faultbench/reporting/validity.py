@@ -18,7 +18,7 @@ measured (the grid is not resampled). A draw on which one side ties every diagno
 no correlation: it is left out and counted. The same statistics without the baselines
 (constant and random answers) are given beside, since two anchors at the ends of both
 rankings can make a correlation by themselves. Beside them, each diagnoser's suite shares
-per kind with their Wilson intervals (:mod:`faultbench.scoring.scores`).
+per kind with their Wilson intervals (:mod:`faultbench.scoring.stats`).
 
 Then the cases on which grid and suite disagree most: per case and form, the mean over
 diagnosers of what the grid promises (a diagnoser's full-grid recall of the case's
@@ -42,11 +42,13 @@ from scipy import stats
 
 from faultbench.faults.fault import HEALTHY, OTHER_FAULT
 from faultbench.scoring import scores
+from faultbench.scoring.stats import BOOTSTRAP_REPS, BOOTSTRAP_SEED, CONFIDENCE, wilson
 from faultbench.training.monitor import DEFAULT_EVERY
 
-REPS = 2000  # bootstrap draws of the cases
-SEED = 20250131  # the bootstrap's seed: the intervals are the same on every machine
-LEVEL = 0.95  # the intervals' coverage
+# the statistics module's draws, seed and coverage: the intervals are the same on every machine
+REPS = BOOTSTRAP_REPS  # bootstrap draws of the cases
+SEED = BOOTSTRAP_SEED
+LEVEL = CONFIDENCE  # the intervals' coverage
 ALL = "all"  # the kind column's value for statistics over every case
 MIN_CASES = 3  # a kind's measure is correlated only over at least this many cases
 #: (name, form, grid column, suite score) of the rankings compared.
@@ -301,7 +303,9 @@ def bootstrap(
 ) -> list[Statistic]:
     """Tau and rho for each of :data:`MEASURES` that has cases, with percentile intervals
     over draws of the cases (:func:`scipy.stats.bootstrap`; the draws of one seed are the
-    same for every measure, and a draw without a correlation is left out and counted)."""
+    same for every measure, and a draw without a correlation is left out and counted:
+    hence scipy's distribution of draws here, where :func:`faultbench.scoring.stats.bootstrap`
+    gives only the interval)."""
     n = len(suite.cases)
     out = []
     for measure, form, column, _ in MEASURES:
@@ -356,7 +360,7 @@ def kind_shares(suite: SuiteMatrix) -> pd.DataFrame:
                 ("out_of_list", part.detected, ~part.known),
                 ("false_alarms", part.alarmed, np.ones(len(part.cases), dtype=bool)),
             ):
-                share = scores.wilson(int(values[i, take].sum()), int(take.sum()))
+                share = wilson(int(values[i, take].sum()), int(take.sum()))
                 row[f"{measure}_hits"], row[f"{measure}_n"] = share.hits, share.n
                 row[measure] = share.value
                 row[f"{measure}_low"], row[f"{measure}_high"] = share.low, share.high
