@@ -174,11 +174,11 @@ def log_scores(
 def mean_loss(
     model: nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    X: torch.Tensor,
+    X: torch.Tensor | tuple[torch.Tensor, ...],
     y: torch.Tensor,
 ) -> float:
-    """The loss on ``X`` in one pass."""
-    return float(loss_fn(model(X), y))
+    """The loss on ``X`` in one pass (a tuple ``X`` is a multi-input model's)."""
+    return float(loss_fn(model(*X) if isinstance(X, tuple) else model(X), y))
 
 
 def finish(
