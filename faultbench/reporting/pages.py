@@ -126,7 +126,7 @@ class Results:
 
 @dataclass(frozen=True)
 class Defaults:
-    """The code's defaults a page may name (not measurements: a test pins none of them)."""
+    """The code's defaults a page may name: settings, not measurements."""
 
     classic_seeds: int  # seeds per condition of the classic grid
     fault_seeds: int  # runs per fault cell of the full grid in make report
