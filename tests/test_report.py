@@ -191,7 +191,14 @@ def test_report_refuses_a_dirty_tree_before_any_work(
 
 
 def test_changes_to_the_results_themselves_do_not_count_as_dirty(dirty_checkout: Path) -> None:
-    (dirty_checkout / "results" / "scores.csv").write_text("regenerated\n")
+    """Nor do the pages the report writes beside them (the README, docs/'s blocks)."""
+    (dirty_checkout / "docs").mkdir()
+    for page in ("README.md", "docs/method.md"):
+        (dirty_checkout / page).write_text("old\n")
+    _git(dirty_checkout, "add", ".")
+    _git(dirty_checkout, "commit", "-qm", "pages")
+    for page in ("results/scores.csv", "README.md", "docs/method.md"):
+        (dirty_checkout / page).write_text("regenerated\n")
     from faultbench.reporting.provenance import git_state, require_clean
 
     require_clean(dirty_checkout, out=dirty_checkout / "results", allow_dirty=False)

@@ -202,10 +202,16 @@ def source_root() -> Path | None:
     return Path(top) if (Path(top) / "faultbench").resolve() == here else None
 
 
+#: The pages ``make report`` writes beside ``results/``: the README's headline and the
+#: generated blocks of ``docs/`` (text, not code: no result depends on them).
+PAGES = ("README.md", "docs")
+
+
 def git_state(root: Path | None, *, out: Path | None = None) -> tuple[str, list[str]]:
-    """The commit checked out at ``root`` and its changed tracked files, except ``out`` and
-    the severity levels file: ``make report`` writes both (``faultbench calibrate``
-    rewrites the levels before the report reads them), and commits them together.
+    """The commit checked out at ``root`` and its changed tracked files, except ``out``,
+    the severity levels file and :data:`PAGES`: ``make report`` writes them
+    (``faultbench calibrate`` rewrites the levels before the report reads them), and
+    commits them together.
 
     Returns:
         ("unknown (not a git checkout)", []) when ``root`` is None or not in git.
@@ -216,6 +222,7 @@ def git_state(root: Path | None, *, out: Path | None = None) -> tuple[str, list[
     for output in (out, LEVELS_FILE):  # what make report writes: results/ and the levels
         if output is not None and output.resolve().is_relative_to(root.resolve()):
             spec.append(f":(exclude){output.resolve().relative_to(root.resolve())}")
+    spec += [f":(exclude){page}" for page in PAGES]
     try:
         rev = _git(root, "rev-parse", "HEAD").strip()
         status = _git(root, "status", "--porcelain", "--untracked-files=no", *spec)
