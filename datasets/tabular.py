@@ -39,18 +39,33 @@ TAGS_PER_DOCUMENT = 2  # the average number of labels a document has
 
 
 def _small_data() -> Family:
-    """Designs for a few hundred rows: one or two narrow layers. Measured on diabetes's
-    reference (3 seeds, each choice alone): Kaiming and Xavier initializations end at R² 0.19
-    and 0.25, layer normalization at 0.29 and tanh at 0.31, against 0.34: on so few rows
-    they fit the noise sooner, so the family leaves them out."""
+    """Designs for a few hundred rows: one or two narrow layers, a little dropout."""
     return Family(
         "mlp",
         depths=(1, 2),
         widths=(16, 32, 64),
+        dropouts=(0.0, 0.1),
+        batch_sizes=(16, 32),
+    )
+
+
+def _diabetes_family() -> Family:
+    """What suits 353 patients and a score of R² 0.35, where a design that learns a little
+    slower than the reference ends below the healthy bar. Measured on diabetes (3 seeds,
+    each choice alone on the reference): Kaiming and Xavier initializations end at R² 0.19
+    and 0.25, layer normalization at 0.29 and tanh at 0.31, against 0.34; at the optimizers'
+    working rate, 3e-4 (measured), a cosine decay left 7 of 24 drawn designs below the bar,
+    16-unit layers most of the rest. The family leaves them out: one or two layers of 32 or
+    64 units at a constant rate (about one draw in five is still redrawn)."""
+    return Family(
+        "mlp",
+        depths=(1, 2),
+        widths=(32, 64),
         activations=("relu", "leaky_relu", "gelu", "silu"),
         norms=("none",),
         dropouts=(0.0, 0.1),
         batch_sizes=(16, 32),
+        schedules=("constant",),
         inits=("default",),
     )
 
@@ -77,7 +92,7 @@ def build_diabetes() -> Task:
         data.target,
         kind="regression",
         defaults=defaults,
-        family=_small_data(),
+        family=_diabetes_family(),
     )
 
 
