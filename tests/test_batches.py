@@ -126,3 +126,23 @@ def test_a_worker_loader_trains_in_the_engines_worker_as_in_this_process(
     assert record.ok and record.trace is not None, record.error
     assert np.array_equal(record.trace.loss, here.loss)  # the same batches, the same bits
     assert np.array_equal(record.trace.val_acc, here.val_acc)
+
+
+def _workers_in_a_daemon(answers: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    try:
+        next(_stream(get_task("digits"), "workers"))
+        answers.put("started")
+    except fb.FaultbenchError as exc:
+        answers.put(str(exc))
+
+
+def test_a_worker_loader_in_a_daemonic_process_says_why_it_cannot_start() -> None:
+    # A daemonic process may have no child (a Dask worker is one by default): one clear line.
+    fork = multiprocessing.get_context("fork")
+    answers = fork.Queue()
+    daemon = fork.Process(target=_workers_in_a_daemon, args=(answers,), daemon=True)
+    daemon.start()
+    answer = answers.get(timeout=120)
+    daemon.join(timeout=60)
+    assert answer.startswith("loader 'workers' starts a DataLoader worker process, which this")
+    assert "distributed.worker.daemon: False" in answer

@@ -7,8 +7,8 @@ A design's ``loader`` (:data:`faultbench.tasks.design.LOADERS`) names it:
 - ``dataloader``: a torch ``DataLoader`` over a ``TensorDataset``, default collate, shuffled
   by a seeded generator: what most scripts write (about 0.1 ms a batch, which is 0.2-0.3 of a
   small model's step);
-- ``dataset``: a ``Dataset`` whose ``__getitem__`` turns one row into tensors (per-item work)
-  and a ``collate_fn`` that stacks them;
+- ``dataset``: a ``Dataset`` whose ``__getitem__`` turns one row into tensors (per-item work,
+  about 10 us an item here) and a ``collate_fn`` that stacks them;
 - ``workers``: that ``Dataset`` and ``collate_fn`` behind one persistent worker process
   (``num_workers=1``), which prepares batches while the model steps.
 
@@ -20,6 +20,7 @@ forms' orders differ (each shuffles with its own generator), as two scripts' wou
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from faultbench.core.errors import unknown_name
+from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.tasks.design import LOADERS
 
 __all__ = ["Batch", "BatchStream", "Rows", "batches", "stack_rows"]
@@ -65,6 +66,12 @@ def batches(
     if loader not in LOADERS:
         raise unknown_name("loader", loader, LOADERS)
     workers = 1 if loader == "workers" else 0
+    if workers and multiprocessing.current_process().daemon:
+        raise FaultbenchError(
+            "loader 'workers' starts a DataLoader worker process, which this daemonic process "
+            "cannot (a Dask worker is one unless its config sets distributed.worker.daemon: "
+            "False); expected a process that may have children, as the local engine's are"
+        )
     items = DataLoader(
         Rows(X, y, codes),
         size,
@@ -91,8 +98,9 @@ def _as_batches(stream: Iterator[list[torch.Tensor]]) -> Iterator[Batch]:
 
 
 class Rows(Dataset[Batch]):
-    """The training rows one at a time, each made into tensors as it is asked for (the
-    per-item work a user's ``Dataset`` does: here a copy of the row, no change of value)."""
+    """The training rows one at a time, each made into tensors as it is asked for: the
+    per-item work of a user's ``Dataset`` over arrays (``torch.from_numpy`` of the row, the
+    target as a tensor), which changes no value."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, codes: np.ndarray | None = None) -> None:
         self.X, self.y, self.codes = X, y, codes
@@ -101,10 +109,10 @@ class Rows(Dataset[Batch]):
         return len(self.y)
 
     def __getitem__(self, i: int) -> Batch:
-        x, target = torch.tensor(self.X[i]), torch.tensor(self.y[i])
+        x, target = torch.from_numpy(self.X[i]), torch.as_tensor(self.y[i])
         if self.codes is None:
             return x, target
-        return (torch.tensor(self.codes[i]), x), target
+        return (torch.from_numpy(self.codes[i]), x), target
 
 
 def stack_rows(items: list[Batch]) -> Batch:
