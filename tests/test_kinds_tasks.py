@@ -3,6 +3,7 @@ the kind says, and its reference recipe trains healthy, as well as a scikit-lear
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -126,3 +127,32 @@ def test_the_reference_recipe_trains_healthy_as_well_as_a_linear_model(
     assert baseline > task.kind.chance(task.y_val) + 0.1  # a reference that learned something
     assert healthy_verdict(record, baseline) == ""
     assert record.config is not None and record.config.kind == task.kind.name
+
+
+def test_list_shows_every_kind_with_its_tasks_families_and_measured_time_per_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from faultbench.cli.main import main
+    from faultbench.tasks.kinds import KINDS
+
+    diabetes = get_task("diabetes")
+    store = Store(tmp_path)
+    specs = [RunSpec("diabetes", diabetes.fingerprint, Condition(), seed) for seed in (0, 1)]
+    seconds = [record.seconds for _, record, _ in ensure_records(specs, diabetes, store=store)]
+    assert main(["list", "--store", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("tasks, by kind") : out.index("real-bug suite")]
+    heads = [section.index(f"\n  {kind.name}: {kind.summary}") for kind in KINDS.values()]
+    assert heads == sorted(heads)  # every kind, in KINDS' order
+    for name, (kind, _, _) in SHIPPED.items():
+        at = section.index(f"\n    {name} ")
+        under = max(i for i, k in zip(heads, KINDS) if i < at)
+        assert under == heads[list(KINDS).index(kind)], name  # listed under its kind
+        end = re.search(r"\n {2,4}\S", section[at + 1 :])
+        lines = section[at : at + 1 + end.start()] if end else section[at:]
+        assert "reference recipe: " in lines and "family: " in lines and "loaders:" in lines
+        if name == "diabetes":
+            median = f"{float(np.median(seconds)):.2f} s"
+            assert f"time per run: {median} (measured: the median of 2 stored" in lines
+        else:
+            assert "time per run: not measured yet" in lines
