@@ -130,7 +130,7 @@ def _task(task: Task, store: Store) -> None:
 
     d = task.defaults
     shown = TASKS.get(task.name) if task.name in TASKS else None
-    print(f"    {task.name:<20} {_first_line(shown) or 'no description'}")
+    print(f"    {task.name:<21} {_first_line(shown) or 'no description'}")
     codes = f" and {len(task.code_sizes)} code columns" if task.code_sizes else ""
     lines = [
         f"reference recipe: {task.reference_design().describe()}, {d.steps} steps",
