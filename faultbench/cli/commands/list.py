@@ -41,6 +41,7 @@ def main(args: argparse.Namespace) -> int:
     _faults()
     _tasks(Store(args.store))
     list_section()
+    _realbug_fidelity()
     _diagnosers()
     _instruments()
     registries = (FAULTS, HELD_OUT, TASKS, DIAGNOSERS, INSTRUMENTS)
@@ -208,7 +209,28 @@ def _family(task: Task) -> None:
         )
 
 
+def _realbug_fidelity() -> None:
+    """Per real-bug case: its kind and label, what stands in for the source's data, model
+    and code (own: the source's), and whether the reporter saw the failure."""
+    from faultbench.realbugs import OWN, all_cases
+    from faultbench.realbugs.case import FAITHFUL
+
+    cases = all_cases()
+    faithful = sum(case.faithful for case in cases)
+    print(f"  fidelity ({faithful} of {len(cases)} faithful: {FAITHFUL}):")
+    print(f"  {'case':<44} {'kind':<15} {'label':<21} data  model code  observed")
+    for case in cases:
+        own = ["own" if v == OWN else "stand" for v in case.fidelity]
+        seen = "yes" if case.observed else "no, read from code"
+        print(
+            f"  {case.name:<44} {case.kind:<15} {case.label:<21} {own[0]:<5} {own[1]:<5} "
+            f"{own[2]:<5} {seen}"
+        )
+
+
 def _diagnosers() -> None:
+    from faultbench.core.errors import FaultbenchError
+    from faultbench.scoring.contract import contract_of
     from faultbench.scoring.diagnosis import DIAGNOSERS, get_diagnoser
 
     print("diagnosers:")
@@ -219,10 +241,15 @@ def _diagnosers() -> None:
             print(f"  {name:<22} cannot be built: {type(exc).__name__}: {exc}")
             continue
         tuned = ", ".join(sorted(diagnoser.tuned_on)) or "nothing"
-        probes = getattr(diagnoser, "probes", None)
+        try:
+            declared = contract_of(diagnoser)
+        except FaultbenchError as exc:  # a plug-in that breaks its contract: its line only
+            print(f"  {name:<22} breaks the diagnoser contract: {exc}")
+            continue
+        probes = declared.probes
         probing = "not declared" if probes is None else ("yes" if probes else "no")
         print(f"  {name:<22} {_first_line(type(diagnoser)) or 'no description'}")
-        asked = getattr(diagnoser, "instrument", None)
+        asked = ", ".join(declared.instrument)
         watches = f"; instrument in the loop: {asked}" if asked else ""
         print(f"  {'':<22} tuned on: {tuned}; probes: {probing}{watches}")
 
