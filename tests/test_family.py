@@ -3,6 +3,9 @@ rates from the sweep, verified bases with their redraws counted, and the draw in
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +27,7 @@ from faultbench.scoring.evaluate import evaluate
 from faultbench.storage.bases import healthy_verdict, verified_bases
 from faultbench.storage.records import RunSpec
 from faultbench.storage.store import Store
-from faultbench.tasks.design import WEIGHT_DECAY, Design, Family
+from faultbench.tasks.design import LOADERS, WEIGHT_DECAY, Design, Family
 from faultbench.tasks.task import TrainDefaults, get_task, task_names
 from faultbench.tools.rates import working_rate
 
@@ -53,6 +56,7 @@ def _values(design: Design, axis: str) -> set[object]:
         "embeds": {net.embed},
         "states": {net.state},
         "heads": {net.heads},
+        "loaders": {design.loader},
     }[axis]
 
 
@@ -83,6 +87,39 @@ def test_a_draw_is_a_pure_function_of_task_seed_and_attempt() -> None:
     assert design.optimizer == first and design.attempt == 2
     assert draw_design(task, 7, attempt=3) != design  # the next sub-seed draws anew
     assert Design.from_dict(design.to_dict()) == design
+
+
+#: sha256 of the designs drawn for seeds 0-19, attempts 0-2, of the tasks that shipped before
+#: the loader axis, as the code before it drew them (each design's dict without its rate,
+#: which a calibration may move, and without the loader, which did not exist).
+BEFORE_LOADERS = "034770275a4acff82351aefc775e30a6c8cb7f8c37e6ca03f0e0b23be0b207e7"
+TASKS_BEFORE_LOADERS = ("digits", "synthetic", "shapes", "language", "numbers", "spelling")
+
+
+def test_the_loader_is_drawn_last_so_every_other_axis_draws_what_it_did() -> None:
+    rows = []
+    for name in TASKS_BEFORE_LOADERS:
+        for seed, attempt in itertools.product(range(20), range(3)):
+            design = draw_design(get_task(name), seed, attempt).to_dict()
+            del design["loader"], design["lr"]
+            rows.append(design)
+    digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+    assert digest == BEFORE_LOADERS
+
+
+def test_a_design_written_by_hand_has_ready_tensors_and_a_drawn_one_any_loader() -> None:
+    digits = get_task("digits")
+    reference = digits.reference_design()
+    assert reference.loader == "tensors"
+    workers = reference.replace(loader="workers")
+    assert Design.from_dict(workers.to_dict()) == workers and workers.digest != reference.digest
+    old = reference.to_dict()
+    del old["loader"]  # a record of the code before the axis
+    assert Design.from_dict(old) == reference
+    drawn = [draw_design(digits, seed) for seed in range(40)]
+    assert {d.loader for d in drawn} == set(LOADERS)
+    assert all(d.axes()["loader"] == d.loader for d in drawn)
+    assert all(("loader" in d.describe()) == (d.loader != "tensors") for d in drawn)
 
 
 def test_the_drawn_design_is_part_of_the_run_key() -> None:

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from faultbench.faults.fault import base_setup, condition
 from faultbench.faults.loading import CALIBRATION_STEPS, LEAST_WAITING, MOST_WAITING
 from faultbench.faults.recipe import Batch, Recipe
+from faultbench.tasks.design import LOADERS
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import train
 from faultbench.training.trace import Trace
@@ -156,3 +157,25 @@ def test_a_starved_loader_hands_over_the_batches_it_always_did() -> None:
         for (x, y), (x0, y0) in zip(_batches(starved.loader(starved), n), batches, strict=True):
             assert torch.equal(x, x0) and x.dtype == x0.dtype
             assert torch.equal(y, y0) and y.dtype == y0.dtype
+
+
+@pytest.mark.parametrize("task", ["digits", "churn"])  # one input; codes beside numbers
+@pytest.mark.parametrize("loader", LOADERS)
+def test_a_starved_loader_starves_every_loader_a_design_draws(loader: str, task: str) -> None:
+    # A pause wraps the design's own loader; a slow Dataset is a DataLoader of items, which
+    # hands over what the design's Dataset-of-items loader does. Past the calibration steps,
+    # so the waits have started.
+    the_task = get_task(task)
+    recipe = base_setup(the_task, 0, the_task.reference_design().replace(loader=loader))
+    items = base_setup(the_task, 0, the_task.reference_design().replace(loader="dataset"))
+    n = CALIBRATION_STEPS + 5
+    expected = {
+        VARIANTS[0]: _batches(recipe.loader(recipe), n),
+        VARIANTS[1]: _batches(items.loader(items), n),
+    }
+    for ident, batches in expected.items():
+        starved = condition((ident, LEAST_WAITING)).apply(recipe)
+        for got, want in zip(_batches(starved.loader(starved), n), batches, strict=True):
+            assert type(got[0]) is type(want[0])
+            inputs = zip(*(b[0] if isinstance(b[0], tuple) else (b[0],) for b in (got, want)))
+            assert all(torch.equal(a, b) for a, b in inputs) and torch.equal(got[1], want[1])

@@ -152,6 +152,7 @@ def draw_design(task: Task, seed: int, attempt: int = 0) -> Design:
         net = net.replace(embed=int(pick(family.embeds)))
     if family.architecture == "transformer":  # one residual width: every block takes the first
         net = net.replace(widths=(widths[0],) * depth, heads=int(pick(family.heads)))
+    loader = pick(family.loaders)  # last: the axes drawn before it keep their draws
     return Design(
         network=net,
         optimizer=optimizer,
@@ -161,6 +162,7 @@ def draw_design(task: Task, seed: int, attempt: int = 0) -> Design:
         clip=clip,
         weight_decay=WEIGHT_DECAY[optimizer] if decay == "on" else 0.0,
         momentum=task.defaults.momentum,
+        loader=loader,
         attempt=attempt,
     )
 

@@ -7,7 +7,7 @@ A run is built from parts, each where a user's script has it::
     groups = param_groups(model, recipe)   what the optimizer updates, with which settings
     optimizer = make_optimizer(groups, recipe)
     schedule = make_schedule(optimizer, recipe)
-    for xb, yb in loader(recipe):          the loader
+    for xb, yb in loader(recipe):          the loader (the design's: tensors, a DataLoader, ...)
         loss = loss_fn(model(xb), yb)      the loss
         clear(model, optimizer, step)      the step: gradients cleared,
         loss.backward()                    computed,
@@ -51,13 +51,14 @@ from torch.optim import lr_scheduler
 from torch.optim.lr_scheduler import LRScheduler
 
 from faultbench.faults.architectures import build
+from faultbench.faults.batches import Batch, batches
+from faultbench.faults.batches import BatchStream as BatchStream  # where tools import it from
 from faultbench.faults.tokens import sequence_scorer, token_cross_entropy
 from faultbench.tasks.design import Design, Network
 from faultbench.tasks.kinds import MULTICLASS, Kind
 from faultbench.tasks.sequences import Sequences
 from faultbench.tasks.task import Task
 
-Batch = tuple[Any, torch.Tensor]  # (inputs: a tensor, or a tuple for a model of two, targets)
 ModelFactory = Callable[["Recipe"], nn.Module]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 GroupsFactory = Callable[[nn.Module, "Recipe"], list[dict[str, Any]]]
@@ -171,15 +172,16 @@ def _constant_rate(step: int) -> float:
 
 
 def shuffled_batches(recipe: Recipe) -> Iterator[Batch]:
-    """Endless mini-batches, reshuffled every epoch (see :class:`BatchStream`)."""
-    return iter(
-        BatchStream(
-            recipe.X_train,
-            recipe.y_train,
-            batch_size=recipe.batch_size,
-            seed=recipe.seed,
-            codes=recipe.codes_train,
-        )
+    """Endless mini-batches, reshuffled every epoch, from the design's loader (ready tensors,
+    a ``DataLoader``, a ``Dataset`` with per-item work, with a worker or without:
+    :mod:`faultbench.faults.batches`)."""
+    return batches(
+        recipe.design.loader,
+        recipe.X_train,
+        recipe.y_train,
+        batch_size=recipe.batch_size,
+        seed=recipe.seed,
+        codes=recipe.codes_train,
     )
 
 
@@ -349,39 +351,6 @@ def _clipper(max_norm: float) -> StepPart:
 def steps_per_epoch(recipe: Recipe) -> int:
     """Full batches in one pass over the training data (what the loader yields per epoch)."""
     return max(1, len(recipe.y_train) // min(recipe.batch_size, len(recipe.y_train)))
-
-
-class BatchStream:
-    """Endless shuffled mini-batches, reshuffled every epoch from a seeded generator.
-
-    With ``codes``, a batch's inputs are ``(codes, X)``: a model of two inputs.
-    """
-
-    def __init__(
-        self,
-        X: np.ndarray,
-        y: np.ndarray,
-        *,
-        batch_size: int,
-        seed: int,
-        codes: np.ndarray | None = None,
-    ) -> None:
-        self.X = torch.from_numpy(np.ascontiguousarray(X))
-        self.y = torch.from_numpy(np.ascontiguousarray(y))
-        self.codes = None if codes is None else torch.from_numpy(np.ascontiguousarray(codes))
-        self.batch_size = min(batch_size, len(y))
-        self._rng = np.random.Generator(np.random.PCG64(seed))
-
-    def __iter__(self) -> Iterator[Batch]:
-        n = len(self.y)
-        while True:
-            order = torch.from_numpy(self._rng.permutation(n))
-            for start in range(0, n - self.batch_size + 1, self.batch_size):
-                idx = order[start : start + self.batch_size]
-                if self.codes is None:
-                    yield self.X[idx], self.y[idx]
-                else:
-                    yield (self.codes[idx], self.X[idx]), self.y[idx]
 
 
 class ClassScorer:

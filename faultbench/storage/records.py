@@ -137,7 +137,15 @@ def code_version() -> str:
     to a docstring or a comment keeps every key.
     """
     from faultbench.core import kernels
-    from faultbench.faults import architectures, fault, recipe, source, tokens, transformer
+    from faultbench.faults import (
+        architectures,
+        batches,
+        fault,
+        recipe,
+        source,
+        tokens,
+        transformer,
+    )
     from faultbench.tasks import sequences
     from faultbench.training import (
         activations,
@@ -155,7 +163,7 @@ def code_version() -> str:
     digest = hashlib.sha256()
     modules = (recipe, architectures, fault, source, loop, model, monitor, layers, activations)
     sequence_parts = (tokens, transformer, sequences, attention)  # a sequence task's run's
-    for module in (*modules, widths, hostlog, hooks, trace, kernels, *sequence_parts):
+    for module in (*modules, batches, widths, hostlog, hooks, trace, kernels, *sequence_parts):
         digest.update(code_text(inspect.getsource(module)).encode())
     return digest.hexdigest()[:12]
 

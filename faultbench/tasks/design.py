@@ -25,6 +25,9 @@ INITS = ("default", "kaiming", "xavier", "orthogonal")
 SCHEDULES = ("constant", "cosine", "one_cycle", "warmup_decay")
 DOWNSAMPLES = ("pool", "stride")
 CELLS = ("gru", "lstm")
+#: How a run's batches arrive (faultbench.faults.batches): ready tensors, a DataLoader over a
+#: TensorDataset, a Dataset with per-item work and a collate_fn, that Dataset behind a worker.
+LOADERS = ("tensors", "dataloader", "dataset", "workers")
 #: The weight decay each optimizer is usually given when it is given one (the decoupled
 #: AdamW's default is 1e-2; coupled L2 in Adam, SGD and RMSprop is usually far smaller).
 WEIGHT_DECAY = {"adam": 1e-4, "adamw": 1e-2, "sgd": 5e-4, "rmsprop": 1e-4}
@@ -75,6 +78,9 @@ class Design:
     clip: float = 0.0  # max norm of the gradient, clipped before each update; 0: no clipping
     weight_decay: float = 0.0  # the optimizer's weight decay
     momentum: float = 0.9  # SGD's momentum (the other optimizers have their own defaults)
+    # How batches arrive (LOADERS); tensors: ready, at no cost. Out of repr, which a task's
+    # fingerprint hashes for its written-out reference design: fingerprints keep their value.
+    loader: str = field(default="tensors", repr=False)
     attempt: int = -1  # which draw of its seed it is (0 first); -1: not drawn (written by hand)
 
     def replace(self, **changes: Any) -> Design:
@@ -111,6 +117,7 @@ class Design:
             "clip": self.clip,
             "weight_decay": "on" if self.weight_decay > 0 else "off",
             "init": net.init,
+            "loader": self.loader,
         }
         if net.architecture == "cnn":
             out |= {"convolutions": len(net.channels), "channels": min(net.channels)}
@@ -157,6 +164,7 @@ class Design:
         parts += [self.schedule] if self.schedule != "constant" else []
         parts += [f"clip {self.clip:g}"] if self.clip else []
         parts += [f"wd {self.weight_decay:g}"] if self.weight_decay else []
+        parts += [f"loader {self.loader}"] if self.loader != "tensors" else []
         return ", ".join(parts)
 
 
@@ -168,7 +176,8 @@ class Family:
     optimizer's rate is its measured working rate on the task
     (``faultbench/faults/rates.csv``) and its weight decay, when drawn, the
     optimizer's usual one (:data:`WEIGHT_DECAY`). The CNN and recurrent axes
-    apply to tasks of that architecture only.
+    apply to tasks of that architecture only; every task draws its loader
+    (:data:`LOADERS`: how batches arrive, as users write it), last.
     """
 
     architecture: str  # the task's: "mlp", "cnn" or "gru"
@@ -193,6 +202,9 @@ class Family:
     # hashes: the tasks of other architectures keep theirs (a transformer task's fingerprint
     # hashes its axes() too).
     heads: tuple[int, ...] = field(default=(2, 4), repr=False)
+    # How batches arrive (LOADERS), drawn last: every other axis of a draw is what it was
+    # before the axis existed. Out of repr too, for the same reason as heads.
+    loaders: tuple[str, ...] = field(default=LOADERS, repr=False)
 
     def axes(self) -> dict[str, tuple[Any, ...]]:
         """Every axis that applies to the architecture, with its values, in draw order.

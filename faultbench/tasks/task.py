@@ -509,7 +509,9 @@ def _fingerprint(task: Task) -> str:
     # Only a sequence task has these: every other task keeps the fingerprint it had.
     if task.sequences is not None:
         digest.update(task.sequences.digest.encode())
-        digest.update(repr(task.design_family().axes()).encode())  # the transformer axes too
+        axes = task.design_family().axes()  # the transformer axes too, but not the loaders:
+        axes.pop("loaders")  # a drawn design keys its runs with its loader (fingerprints kept)
+        digest.update(repr(axes).encode())
     if task.reference is not None:
         digest.update(repr(task.reference).encode())
     # Only a task of another kind, or of two inputs, has these: a classifier's keeps its own.

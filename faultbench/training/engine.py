@@ -199,6 +199,12 @@ class DaskEngine:
                 ) from None
         else:
             n = workers or max(1, len(os.sched_getaffinity(0)))
+            import dask
+
+            # Not daemonic: a design's DataLoader starts a worker process of its own
+            # (faultbench.faults.batches), which a daemonic process may not. Set for as long as
+            # the cluster lives: its nannies read it whenever they (re)start a worker.
+            dask.config.set({"distributed.worker.daemon": False})
             self._cluster = LocalCluster(
                 n_workers=n,
                 threads_per_worker=1,

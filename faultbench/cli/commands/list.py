@@ -9,17 +9,24 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load torch
     from faultbench.faults.fault import Fault
-    from faultbench.tasks.task import Task, TrainDefaults
+    from faultbench.storage.store import Store
+    from faultbench.tasks.task import Task
 
 NAME = "list"
 HELP = (
-    "list faults (with their variants and knobs), held-out faults, tasks (data, model, "
-    "optimizer) and diagnosers"
+    "list faults (with their variants and knobs), held-out faults, tasks by kind (data, "
+    "model, family, time per run) and diagnosers"
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``list`` takes no arguments."""
+    """``--store``: where the time per run of each task's reference recipe is read from."""
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="record directory the time per run is read from, as its stored reference runs "
+        "measured it (default: $FAULTBENCH_STORE or ~/.cache/faultbench/runs)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -27,11 +34,12 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.cli.commands.realbugs_run import list_section
     from faultbench.faults.fault import FAULTS, HELD_OUT
     from faultbench.scoring.diagnosis import DIAGNOSERS
+    from faultbench.storage.store import Store
     from faultbench.tasks.task import TASKS
     from faultbench.training.instruments import INSTRUMENTS
 
     _faults()
-    _tasks()
+    _tasks(Store(args.store))
     list_section()
     _realbug_fidelity()
     _diagnosers()
@@ -93,24 +101,84 @@ def _fault(fault: Fault, tasks: list[Task]) -> None:
                 print(f"    {'':<20} not in {task.name}'s full grid, masked by its designs: {why}")
 
 
-def _tasks() -> None:
+def _tasks(store: Store) -> None:
+    """Every kind a task can be, its shipped and plug-in tasks under it."""
+    from faultbench.tasks.kinds import KINDS
     from faultbench.tasks.task import TASKS, get_task
 
-    print("tasks:")
+    print(
+        "tasks, by kind (time per run: the median training time of the task's stored reference "
+        "runs, measured\nwhere they trained; tuned-on or held-out is each diagnoser's, below):"
+    )
+    built: list[Task] = []
     for name in TASKS.names():
         try:
-            task = get_task(name)
+            built.append(get_task(name))
         except Exception as exc:  # a plug-in task that fails to build breaks only its line
             print(f"  {name:<22} cannot be built: {type(exc).__name__}: {exc}")
-            continue
-        d = task.defaults
-        print(f"  {name:<22} {_first_line(TASKS.get(name)) or 'no description'}")
-        print(
-            f"  {'':<22} reference recipe: {d.architecture}, hidden {d.hidden}; "
-            f"{len(task.y_train)} train / {len(task.y_val)} val, {task.n_features} features, "
-            f"{task.n_classes} classes; {_optimizer(d)}, batch {d.batch_size}, {d.steps} steps"
+    for kind in KINDS.values():
+        print(f"  {kind.name}: {kind.summary}; score {kind.score}, loss {kind.loss_name}")
+        tasks = [task for task in built if task.kind.name == kind.name]
+        for task in tasks:
+            _task(task, store)
+        if not tasks:
+            print("    no task of this kind")
+
+
+def _task(task: Task, store: Store) -> None:
+    """A task's lines: what it is, its data and reference recipe, its time per run, its family."""
+    from faultbench.tasks.task import TASKS
+
+    d = task.defaults
+    shown = TASKS.get(task.name) if task.name in TASKS else None
+    print(f"    {task.name:<21} {_first_line(shown) or 'no description'}")
+    codes = f" and {len(task.code_sizes)} code columns" if task.code_sizes else ""
+    lines = [
+        f"reference recipe: {task.reference_design().describe()}, {d.steps} steps",
+        f"{len(task.y_train)} train / {len(task.y_val)} val, {task.n_features} features{codes}, "
+        f"{_outputs(task)}",
+        f"time per run: {_seconds(task, store)}",
+    ]
+    for line in lines:
+        print(textwrap.fill(line, 100, initial_indent=" " * 26, subsequent_indent=" " * 28))
+    _family(task)
+
+
+def _outputs(task: Task) -> str:
+    """What the model outputs per example, in the kind's words."""
+    n = task.n_outputs
+    words = {
+        "binary": "1 logit",
+        "multilabel": f"{n} labels",
+        "regression": f"{n} target{'s' if n > 1 else ''}",
+        "reconstruction": f"{n} values rebuilt",
+    }
+    return words.get(task.kind.name, f"{task.n_classes} classes")
+
+
+def _seconds(task: Task, store: Store) -> str:
+    """The task's time per run as its stored reference runs measured it, or why there is none."""
+    import statistics
+
+    from faultbench.faults.fault import Condition
+    from faultbench.storage.bases import REFERENCE_SEEDS
+    from faultbench.storage.records import RunSpec
+
+    seconds = []
+    for seed in range(REFERENCE_SEEDS):
+        spec = RunSpec(task.name, task.fingerprint, Condition(), seed)
+        record = store.load(spec, note=False, copy=False) if store.attempts(spec) else None
+        if record is not None:
+            seconds.append(record.seconds)
+    if not seconds:
+        return (
+            "not measured yet: no reference run of this code is stored "
+            f"(faultbench run --task {task.name} trains {REFERENCE_SEEDS})"
         )
-        _family(task)
+    return (
+        f"{statistics.median(seconds):.2f} s (measured: the median of {len(seconds)} stored "
+        "reference runs, recorded every step)"
+    )
 
 
 def _family(task: Task) -> None:
@@ -121,7 +189,7 @@ def _family(task: Task) -> None:
     rates = ", ".join(f"{k} {v:g}" for k, v in working_rates(task).items())
     how = "measured" if measured(task) else "canonical, not measured: faultbench calibrate"
     indent = " " * 26
-    print(f"  {'':<22} family: the full grid draws one base per run from these axes;")
+    print(f"{indent}family: the full grid draws one base per run from these axes;")
     print(
         textwrap.fill(
             f"kept if healthy: {CRITERION}", 100, initial_indent=indent, subsequent_indent=indent
@@ -197,13 +265,6 @@ def _instruments() -> None:
         print(f"  {name:<22} {_first_line(inspect.getmodule(factory)) or 'no description'}")
         if getattr(factory, "own_process", False):
             print(f"  {'':<22} each run trains in a process of its own (it patches libraries)")
-
-
-def _optimizer(d: TrainDefaults) -> str:
-    if d.optimizer == "sgd":
-        return f"SGD lr {d.lr:g} momentum {d.momentum:g}"
-    names = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop"}
-    return f"{names.get(d.optimizer, d.optimizer)} lr {d.lr:g}"
 
 
 def _first_line(obj: object) -> str:
