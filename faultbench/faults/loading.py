@@ -116,9 +116,10 @@ def _pause(recipe: Recipe, severity: float | None) -> Recipe:
     return updates.timed(recipe.replace(loader=paused))
 
 
-class _SlowItems(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+class _SlowItems(Dataset[tuple[Any, torch.Tensor]]):
     """The training examples one at a time, each after ``work`` seconds of CPU work
-    (what decoding or augmenting an item costs).
+    (what decoding or augmenting an item costs); with ``codes``, an example's inputs
+    are ``(codes, x)``, as a model of two inputs takes them.
 
     Each item works until its own deadline, ``work`` after the last item's, counted
     from the start of the batch: a busy machine that preempts one item's work then
@@ -126,10 +127,13 @@ class _SlowItems(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     preemption.
     """
 
-    def __init__(self, X: np.ndarray, y: np.ndarray) -> None:
+    def __init__(self, X: np.ndarray, y: np.ndarray, codes: np.ndarray | None = None) -> None:
         # One tensor per example, made once: indexing the two tensors cost 2 us an item,
         # 60 us a batch of 32, most of the 0.1 ms a digits step waits at 0.2x.
-        self.X = list(torch.from_numpy(np.ascontiguousarray(X)))
+        inputs: list[Any] = list(torch.from_numpy(np.ascontiguousarray(X)))
+        if codes is not None:
+            inputs = list(zip(torch.from_numpy(np.ascontiguousarray(codes)), inputs, strict=True))
+        self.X = inputs
         self.y = list(torch.from_numpy(np.ascontiguousarray(y)))
         self.work = 0.0  # seconds per item, set once the loop's pace is measured
         self.due = 0.0  # when the item being fetched is done
@@ -141,17 +145,19 @@ class _SlowItems(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def __len__(self) -> int:
         return len(self.y)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, i: int) -> tuple[Any, torch.Tensor]:
         self.due += self.work
         while time.perf_counter() < self.due:  # busy, as a decoder keeps the CPU
             pass
         return self.X[i], self.y[i]
 
 
-def _stacked(items: list[tuple[torch.Tensor, torch.Tensor]]) -> Batch:
+def _stacked(items: list[tuple[Any, torch.Tensor]]) -> Batch:
     """The batch ``default_collate`` makes (the items' tensors stacked), at two thirds
     of its cost: a DataLoader's own cost is a wait too, most of a 0.2x digits one."""
     inputs, targets = zip(*items, strict=True)
+    if isinstance(inputs[0], tuple):  # (codes, x) per example: a model of two inputs
+        return tuple(torch.stack(part) for part in zip(*inputs, strict=True)), torch.stack(targets)
     return torch.stack(inputs), torch.stack(targets)
 
 
@@ -164,7 +170,7 @@ def _slow_dataset(recipe: Recipe, severity: float | None) -> Recipe:
     multiple, updates = float(severity or 0.0), _Updates()
 
     def dataloader(r: Recipe) -> Iterator[Batch]:
-        items = _SlowItems(r.X_train, r.y_train)
+        items = _SlowItems(r.X_train, r.y_train, r.codes_train)
         size = min(r.batch_size, len(items))
         order = torch.Generator().manual_seed(r.seed)
         loader = DataLoader(
