@@ -270,7 +270,7 @@ def _nll_of_probabilities(recipe: Recipe, severity: float | None) -> Recipe:
 
 
 def _sigmoid_head(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.replace(make_model=_with_head(recipe.make_model, "sigmoid", nn.Sigmoid))
+    return recipe.replace(make_model=_with_head(recipe.make_model, "output_sigmoid", nn.Sigmoid))
 
 
 def _logits_loss(recipe: Recipe) -> str:
@@ -278,7 +278,7 @@ def _logits_loss(recipe: Recipe) -> str:
 
 
 def _relu_head(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.replace(make_model=_with_head(recipe.make_model, "relu", nn.ReLU))
+    return recipe.replace(make_model=_with_head(recipe.make_model, "output_relu", nn.ReLU))
 
 
 def _out_of_reach(recipe: Recipe, low: float, high: float, activation: str) -> str:
