@@ -49,6 +49,22 @@ def softmax_floor(classes: int) -> float:
     return math.log(1.0 + (classes - 1) / math.e)
 
 
+#: The smallest binary cross-entropy of logits reachable when the "logits" are probabilities
+#: in [0, 1]: a positive label's loss is at least softplus(-1), a negative one's softplus(0).
+SIGMOID_FLOOR = math.log1p(math.exp(-1.0))
+
+
+def probability_floor(run: Run) -> float:
+    """The lowest loss a run reaches when its loss is handed probabilities where it expects
+    logits: the softmax floor for classes, softplus(-1) for a logits loss of labels (its
+    smallest per-label value); NaN for a kind without one (a squared error)."""
+    if is_classes(run):
+        return softmax_floor(n_classes(run))
+    if run.config.kind in ("binary", "multilabel"):
+        return SIGMOID_FLOOR
+    return math.nan
+
+
 def first_loss(run: Run) -> float:
     """Loss of the first batch, before any update (nan for an empty trace)."""
     return float(run.trace.loss[0]) if run.trace.steps else math.nan
@@ -75,8 +91,19 @@ def last(values: np.ndarray) -> float:
 LATE_SHARE = 0.1
 
 
+def loss_fell(run: Run) -> float:
+    """The training loss's last tenth over its first tenth (means of the finite losses): the
+    healthy bar's test of learning, for any kind (below 0.8: it learned)."""
+    losses = finite_losses(run)
+    if len(losses) < 2:
+        return math.nan
+    n = max(1, len(losses) // 10)
+    start = float(losses[:n].mean())
+    return float(losses[-n:].mean()) / start if start > 0 else math.nan
+
+
 def final_train_acc(run: Run) -> float:
-    """Training accuracy at the last evaluation.
+    """Training accuracy (the task's score) at the last evaluation.
 
     A user's loop that never called ``log_eval`` but gave ``Monitor.step`` its
     output and target still has a training accuracy: the mean batch accuracy

@@ -44,9 +44,9 @@ TREES = 300  # enough that the vote is stable; fits ~100 rows in well under a se
 FEATURES = (
     "log_first_loss_over_ln_c",
     "end_loss_over_ln_c",
-    "min_loss_over_softmax_floor",
-    "train_acc_over_chance",
-    "val_acc_over_chance",
+    "min_loss_over_probability_floor",
+    "train_score_above_chance",
+    "val_score_above_chance",
     "train_val_gap",
     "starving",
     "max_no_grad_share",
@@ -78,6 +78,12 @@ def _finite(value: float) -> float:
     return value if math.isfinite(value) else 0.0
 
 
+def _above(score: float, chance: float) -> float:
+    """How far a score is from chance towards perfect (0 at chance, 1 perfect), for any kind:
+    a ratio to chance means nothing where chance is an R² of 0."""
+    return (score - chance) / (1.0 - chance) if chance < 1.0 else math.nan
+
+
 def features(run: Run) -> np.ndarray:
     """The run's feature vector, in the order of :data:`FEATURES`; always finite."""
     lnc, chance = f.ln_c(run), f.chance(run)
@@ -90,9 +96,9 @@ def features(run: Run) -> np.ndarray:
     values = [
         _log(first / lnc if math.isfinite(first) else 1e6),
         end / lnc,
-        lowest / f.softmax_floor(f.n_classes(run)),
-        f.final_train_acc(run) / chance,
-        f.final_val_acc(run) / chance,
+        lowest / f.probability_floor(run),
+        _above(f.final_train_acc(run), chance),
+        _above(f.final_val_acc(run), chance),
         f.final_train_acc(run) - f.final_val_acc(run),
         float(run.trace.wait_share > STARVING),
         max(f.no_grad_share(run).values(), default=0.0),

@@ -40,6 +40,7 @@ DEAD_SHARE = 0.5  # more than half a layer without any gradient is not constant 
 JITTER_DROP = 0.2  # accumulation shrinks step noise like 1/t, >= 5x over a run (see _features)
 UPDATE_RATIO = 1e-2  # 10x the ~1e-3 update/weight ratio of healthy training (Karpathy, cs231n)
 OTHER_FAULT = "other_fault"  # broken, and none of the nine (faultbench.faults' answer label)
+LOSS_FALL = 0.8  # learned: the loss ended below this share of its start (the healthy bar's)
 SPIKE_SHARE = 0.01  # more than 1% of late steps above twice the start loss: not a fluke
 FLOOR_SLACK = 1e-3  # float rounding below the softmax floor
 # Sequence models (tuned on numbers):
@@ -63,16 +64,23 @@ class Finding:
 
 
 def learned_well(run: Run) -> bool:
-    """Training accuracy at least halfway from chance to perfect."""
-    acc = f.final_train_acc(run)
-    return math.isfinite(acc) and acc >= (1.0 + f.chance(run)) / 2
+    """A classifier's training accuracy at least halfway from chance to perfect; on another
+    kind, whose score's reachable level depends on its data (a regression's R²), the training
+    loss's last tenth below :data:`LOSS_FALL` of its first tenth, the healthy bar's own test."""
+    if f.is_classes(run):
+        acc = f.final_train_acc(run)
+        return math.isfinite(acc) and acc >= (1.0 + f.chance(run)) / 2
+    fell = f.loss_fell(run)
+    return math.isfinite(fell) and fell < LOSS_FALL
 
 
 def loss_at_start(run: Run) -> Finding:
-    """huge_inputs: the untrained model's loss is far above ln C (or not finite)."""
+    """huge_inputs: the untrained model's loss is far above where a sane initialization starts
+    (ln C for classes, ln 2 per label, the targets' variance for a squared error), or not
+    finite. Silent when the run's kind gives no such reference."""
     first, lnc = f.first_loss(run), f.ln_c(run)
-    fired = not math.isfinite(first) or first > START_FACTOR * lnc
-    return Finding(fired, {"first_loss": first, "ln_c": lnc})
+    fired = math.isfinite(lnc) and (not math.isfinite(first) or first > START_FACTOR * lnc)
+    return Finding(fired, {"first_loss": first, "loss_reference": lnc})
 
 
 def data_wait(run: Run) -> Finding:
@@ -118,8 +126,13 @@ def no_gradient(run: Run) -> Finding:
 
 def narrow_layer(run: Run) -> Finding:
     """too_small_model: a hidden layer narrower than the classes it must separate (a sequence
-    model's narrower than :data:`MIN_SEQUENCE_WIDTH`: its vocabulary is no bound)."""
+    model's narrower than :data:`MIN_SEQUENCE_WIDTH`: its vocabulary is no bound). A model of
+    another kind has no classes to separate: its outputs are no bound on a hidden layer (an
+    autoencoder's code is narrower than its output by design), so the rule stays silent and
+    the memorization probe judges its capacity."""
     widths, classes = f.hidden_widths(run), f.n_classes(run)
+    if not f.is_classes(run):
+        return Finding(False, {"hidden_widths": list(widths), "outputs": classes})
     bound = MIN_SEQUENCE_WIDTH if f.is_sequence(run) else classes
     fired = bool(widths) and min(widths) < bound
     return Finding(fired, {"hidden_widths": list(widths), "n_classes": classes})
@@ -149,11 +162,13 @@ def unstable(run: Run) -> Finding:
 
 
 def loss_floor(run: Run) -> Finding:
-    """softmax_before_loss (candidate): the loss never went below ln(1 + (C-1)/e)."""
-    losses, floor = f.finite_losses(run), f.softmax_floor(f.n_classes(run))
+    """softmax_before_loss (candidate): the loss never went below the floor of a loss handed
+    probabilities (ln(1 + (C-1)/e) for classes, softplus(-1) for labels); silent for a kind
+    without such a floor."""
+    losses, floor = f.finite_losses(run), f.probability_floor(run)
     lowest = float(losses.min()) if len(losses) else math.nan
-    fired = learned_well(run) and lowest >= floor * (1 - FLOOR_SLACK)
-    return Finding(fired, {"min_loss": lowest, "softmax_floor": floor})
+    fired = math.isfinite(floor) and learned_well(run) and lowest >= floor * (1 - FLOOR_SLACK)
+    return Finding(fired, {"min_loss": lowest, "probability_floor": floor})
 
 
 # -- sequence models -----------------------------------------------------------------

@@ -37,6 +37,11 @@ class FirstForward:
         self._seen: set[int] = set()  # layers whose width is known
         self._handles = [model.register_forward_hook(Hook(self._top))]
         for module in model.modules():
+            # The model itself is no layer unless it is one: a parameter of its own beside
+            # its children (a learned position embedding added to the tokens') would give it
+            # the width of the model's output, read as a hidden layer.
+            if module is model and next(model.children(), None) is not None:
+                continue
             if _mixes_features(module):
                 self._handles.append(module.register_forward_hook(Hook(self._layer)))
 
