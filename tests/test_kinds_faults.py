@@ -445,6 +445,7 @@ TRAINS_TO = {
 }
 
 
+@pytest.mark.slow
 def test_the_healthy_bases_train_well(kinds_grid: Grid) -> None:
     for task, design in BASES:
         metric, least = TRAINS_TO[task.name]
