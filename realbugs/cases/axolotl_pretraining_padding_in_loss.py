@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/axolotl-ai-cloud/axolotl/pull/2227"
 REPORTED = (
@@ -32,6 +32,13 @@ DATA = (
 SYMPTOM = Symptom("min_loss", below=1.0)  # the padding's easy tokens deflate the loss
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.538,
+    (
+        "the Markov chain's own best guess of each next token (lm_kit.best_guess_accuracy) on"
+        " the case's generated rows: 0.538"
+    ),
+)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain documents for the pretraining stream"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder for axolotl's models"

@@ -32,6 +32,7 @@ DATA = (
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss climbs back after the resume
 SEED = 0
 KIND = "multiclass"  # what the task predicts (the Monitor's kind)
+REFERENCE = kit.DIGITS_REFERENCE
 EPOCHS = 14
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for ImageNet"
 FIDELITY_MODEL = "stand-in: a two-convolution network for MobileNet"

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/fastai/fastai/issues/3023"
 REPORTED = (
@@ -35,6 +35,13 @@ DATA = (
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss explodes after a while
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.536,
+    (
+        "the Markov chain's own best guess of each next token (lm_kit.best_guess_accuracy) on"
+        " the case's generated rows: 0.536"
+    ),
+)
 EPOCHS = 6
 FIDELITY_DATA = "stand-in: generated Markov-chain text"
 FIDELITY_MODEL = "stand-in: a 1-layer GRU language model"

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://discuss.pytorch.org/t/nn-transformer-explaination/53175/20"
 REPORTED = (
@@ -32,6 +32,10 @@ DATA = (
 SYMPTOM = Symptom("final_val_acc", below=0.2)  # no inference possible
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    1.0,
+    "exact match of a letter-by-letter substitution, a fixed rule: 1.0 by construction",
+)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated words and a letter substitution of them"
 FIDELITY_MODEL = "stand-in: nn.Transformer, 1 encoder and 1 decoder layer, width 32"

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/huggingface/transformers/issues/31673"
 REPORTED = (
@@ -33,6 +33,13 @@ DATA = (
 SYMPTOM = Symptom("min_loss", below=0.3)  # the loss falls to ~0
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.536,
+    (
+        "the Markov chain's own best guess of each next token (lm_kit.best_guess_accuracy) on"
+        " the case's generated rows: 0.536"
+    ),
+)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain text for the fine-tuning set"
 FIDELITY_MODEL = "stand-in: a 2-layer Gemma-2-style decoder (one sliding, one global layer)"

@@ -8,7 +8,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/huggingface/transformers/pull/404"
 REPORTED = (
@@ -34,6 +34,13 @@ DATA = (
 SYMPTOM = Symptom("final_val_acc", below=0.15)  # the language model destroyed
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.427,
+    (
+        "the fine-tuning chain's own best guess of each next token "
+        "(lm_kit.best_guess_accuracy) on its generated rows: 0.427"
+    ),
+)
 EPOCHS = 3
 FIDELITY_DATA = "stand-in: generated Markov-chain text for pretraining and fine-tuning"
 FIDELITY_MODEL = "stand-in: GPT2LMHeadModel at 2 layers, width 32, pretrained here briefly"

@@ -7,7 +7,7 @@ from torch import nn
 from transformers import MBartConfig, MBartForCausalLM
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/huggingface/transformers/issues/27517"
 REPORTED = (
@@ -33,6 +33,13 @@ DATA = (
 SYMPTOM = Symptom("min_loss", below=0.1)  # copying the visible token drives the loss to ~0
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.538,
+    (
+        "the Markov chain's own best guess of each next token (lm_kit.best_guess_accuracy) on"
+        " the case's generated rows: 0.538"
+    ),
+)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated Markov-chain text for the ELI5 subset"
 FIDELITY_MODEL = "stand-in: MBartForCausalLM at 2 layers, width 32, from a config"

@@ -6,7 +6,7 @@ from torch import nn
 from transformers import RoFormerConfig, RoFormerForCausalLM
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/huggingface/transformers/issues/48745"
 REPORTED = (
@@ -34,6 +34,13 @@ DATA = (
 SYMPTOM = Symptom("min_loss", below=0.3)  # the loss collapses to ~0
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.536,
+    (
+        "the Markov chain's own best guess of each next token (lm_kit.best_guess_accuracy) on"
+        " the case's generated rows: 0.536"
+    ),
+)
 EPOCHS = 3
 FIDELITY_DATA = "stand-in: generated Markov-chain text for the report's random tokens"
 FIDELITY_MODEL = "stand-in: RoFormerForCausalLM itself, at 2 layers and width 32"

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/huggingface/transformers/issues/24725"
 REPORTED = (
@@ -33,6 +33,10 @@ DATA = (
 SYMPTOM = Symptom("final_val_loss", above=1.25)  # worse than the same batch without accumulation
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.752,
+    "every validation answer token right but the short replies' unpredictable one: 0.752",
+)
 EPOCHS = 7
 FIDELITY_DATA = "stand-in: generated short noisy replies and long formulaic answers"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder"

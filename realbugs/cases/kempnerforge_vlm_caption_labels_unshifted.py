@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/KempnerInstitute/KempnerForge/issues/154"
 REPORTED = (
@@ -32,6 +32,13 @@ DATA = (
 SYMPTOM = Symptom("min_loss", below=0.1)  # the reported collapse of the loss to ~0
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.507,
+    (
+        "the caption chain's own best guess of each next token (lm_kit.best_guess_accuracy) "
+        "on the validation captions, the scene's token first: 0.507"
+    ),
+)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated patch vectors and Markov-chain captions"
 FIDELITY_MODEL = "stand-in: a 2-layer joint decoder of width 32 for the Qwen3-0.6B VLM"

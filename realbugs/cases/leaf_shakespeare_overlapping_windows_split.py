@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/TalwalkarLab/leaf/issues/19"
 REPORTED = (
@@ -35,6 +35,13 @@ DATA = (
 SYMPTOM = Symptom("final_val_acc", above=0.43)  # test accuracy too good to be true
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.408,
+    (
+        "the Markov chain's own best guess of each next token (lm_kit.best_guess_accuracy) on"
+        " the case's generated rows: 0.408"
+    ),
+)
 EPOCHS = 3
 FIDELITY_DATA = "stand-in: generated Markov-chain 'roles' for Shakespeare's"
 FIDELITY_MODEL = "stand-in: a 1-layer LSTM of width 64 for the 2-layer LSTM"

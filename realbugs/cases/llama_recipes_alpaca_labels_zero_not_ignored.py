@@ -7,7 +7,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/meta-llama/llama-cookbook/issues/74"
 REPORTED = (
@@ -35,6 +35,13 @@ DATA = (
 SYMPTOM = Symptom("final_val_acc", below=0.3)  # meaningless output
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    1.0,
+    (
+        "exact match of answers that a fixed rule writes from the prompt (a fixed "
+        "substitution): 1.0 by construction"
+    ),
+)
 EPOCHS = 5
 FIDELITY_DATA = "stand-in: generated substitute-the-prompt instructions for Alpaca"
 FIDELITY_MODEL = "stand-in: LlamaForCausalLM at 2 layers, width 32, from a config"

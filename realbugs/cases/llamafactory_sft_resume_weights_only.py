@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/hiyouga/LlamaFactory/issues/512"
 REPORTED = (
@@ -36,6 +36,13 @@ DATA = (
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss settles above its low after resuming
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    1.0,
+    (
+        "exact match of answers that a fixed rule writes from the prompt (a fixed "
+        "substitution): 1.0 by construction"
+    ),
+)
 EPOCHS = 6
 FIDELITY_DATA = "stand-in: generated instruction pairs for the SFT set"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder for Baichuan-13B"

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/ml-explore/mlx-lm/pull/1544"
 REPORTED = (
@@ -35,6 +35,10 @@ DATA = (
 SYMPTOM = Symptom("final_val_loss", above=1.28)  # the long answers are learned late
 SEED = 2
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.681,
+    "every validation answer token right but the short replies' unpredictable one: 0.681",
+)
 EPOCHS = 7
 FIDELITY_DATA = "stand-in: generated short noisy replies and long formulaic answers"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder"

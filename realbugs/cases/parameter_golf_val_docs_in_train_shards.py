@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/openai/parameter-golf/issues/2127"
 REPORTED = (
@@ -34,6 +34,13 @@ DATA = (
 SYMPTOM = Symptom("final_val_loss", below=1.3)  # too good: the overlap is memorized
 SEED = 1
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    0.552,
+    (
+        "the Markov chain's own best guess of each next token (lm_kit.best_guess_accuracy) on"
+        " the case's generated rows: 0.552"
+    ),
+)
 EPOCHS = 8
 FIDELITY_DATA = "stand-in: generated Markov-chain documents for the CaseOps stream"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder for the record models"

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import Reference, Symptom, kit
 from faultbench.tasks.kinds import get_kind
 
 SOURCE = "https://github.com/PolymathicAI/the_well/pull/63"
@@ -35,6 +35,13 @@ DATA = (
 SYMPTOM = Symptom("loss_rebound", above=1.5)  # the loss climbs back after the resume
 SEED = 0
 KIND = "regression"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    1.0,
+    (
+        "least squares (numpy.linalg.lstsq) from one snapshot to the next, the heat step "
+        "being linear: R² 1.000"
+    ),
+)
 EPOCHS = 8
 FIDELITY_DATA = "stand-in: generated 1-D heat-equation snapshots"
 FIDELITY_MODEL = "stand-in: an MLP for The Well's surrogate models"

@@ -35,6 +35,7 @@ DATA = (
 SYMPTOM = Symptom("final_val_acc", below=0.5)  # the model does not learn
 SEED = 0
 KIND = "multiclass"  # what the task predicts (the Monitor's kind)
+REFERENCE = kit.DIGITS_REFERENCE
 EPOCHS = 6
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for CIFAR-100"
 FIDELITY_MODEL = "stand-in: a small conv-BN network for the pretrained EfficientNet-b0"

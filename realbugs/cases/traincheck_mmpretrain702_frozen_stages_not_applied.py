@@ -36,6 +36,7 @@ DATA = (
 SYMPTOM = Symptom("weight_change", above=1e-3, layer="stage1.0")  # the frozen stage trains
 SEED = 0
 KIND = "multiclass"  # what the task predicts (the Monitor's kind)
+REFERENCE = kit.DIGITS_REFERENCE
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for CIFAR-10"
 FIDELITY_MODEL = "stand-in: a three-stage VGG-style network for VGG-19"

@@ -34,6 +34,7 @@ DATA = (
 SYMPTOM = Symptom("loss_rebound", above=1.7)  # the loss climbs back, as with a too-high rate
 SEED = 0
 KIND = "multiclass"  # what the task predicts (the Monitor's kind)
+REFERENCE = kit.DIGITS_REFERENCE
 EPOCHS = 6
 FIDELITY_DATA = "stand-in: scikit-learn's 8x8 digits for MNIST"
 FIDELITY_MODEL = "stand-in: a smaller two-convolution network than the example's"

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = (
     "https://github.com/OrderLab/TrainCheck-Evaluation-Workloads/blob/main/"
@@ -39,6 +39,13 @@ DATA = (
 SYMPTOM = Symptom("final_val_acc", below=0.88)  # evaluation runs with dropout
 SEED = 0
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    1.0,
+    (
+        "exact match of answers that a fixed rule writes from the prompt (a fixed "
+        "substitution): 1.0 by construction"
+    ),
+)
 EPOCHS = 5
 FIDELITY_DATA = "stand-in: generated instruction pairs for translation pairs"
 FIDELITY_MODEL = "stand-in: a 2-layer decoder (dropout 0.5) for M2M100-418M"

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit, lm_kit
+from faultbench.realbugs import Reference, Symptom, kit, lm_kit
 
 SOURCE = "https://github.com/huggingface/trl/issues/1507"
 REPORTED = (
@@ -34,6 +34,13 @@ DATA = (
 SYMPTOM = Symptom("final_val_acc", below=0.1)  # the completions are not learned
 SEED = 1
 KIND = "next_token"  # what the task predicts (the Monitor's kind)
+REFERENCE = Reference(
+    1.0,
+    (
+        "exact match of answers that a fixed rule writes from the prompt (its ends through a "
+        "fixed substitution): 1.0 by construction"
+    ),
+)
 EPOCHS = 4
 FIDELITY_DATA = "stand-in: generated long prompts and two-token completions"
 FIDELITY_MODEL = "stand-in: a 2-layer nanoGPT-sized decoder"
