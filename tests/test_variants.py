@@ -310,7 +310,7 @@ def test_bad_variant_names_say_what_is_valid() -> None:
         FaultbenchError,
         match=re.escape(
             "Unknown frozen_layer variant 'requires_grd'. Did you mean "
-            "'requires_grad'? Valid: embedding, left_out, requires_grad, zero_lr"
+            "'requires_grad'? Valid: code_table, embedding, left_out, requires_grad, zero_lr"
         ),
     ):
         condition("frozen_layer.requires_grd")

@@ -7,6 +7,11 @@ in :mod:`.language`; the first variant of each is its classic form: the one
 the benchmark started with, which the classic grid runs. Registration order is
 the order of the labels: the nine classifier faults, then the six of
 sequence models (which say why they cannot apply to a classifier's task).
+
+A fault takes another form in another kind of task (binary, multi-label,
+regression, reconstruction: :mod:`faultbench.tasks.kinds`), a variant of the
+same label; a form written for one kind says, on a task of another, why it
+cannot apply and which form is the bug there.
 """
 
 from __future__ import annotations
@@ -41,17 +46,17 @@ register(
 )
 register(
     "too_small_model",
-    "the model is far too small for the task: too narrow somewhere to separate the classes",
+    "the model is far too small for the task: too narrow somewhere for what it must learn",
     *models.TOO_SMALL_MODEL,
 )
 register(
     "label_mismatch",
-    "training labels use a class mapping that disagrees with the validation mapping",
+    "training and validation targets disagree: another class mapping, label order or row",
     *inputs.LABEL_MISMATCH,
 )
 register(
     "softmax_before_loss",
-    "the loss is handed probabilities where it expects logits or log-probabilities",
+    "the output goes through an activation the loss does not expect (probabilities for logits)",
     *models.SOFTMAX_BEFORE_LOSS,
 )
 register(

@@ -9,7 +9,7 @@ normalized), the optimizer's checkpoint and the split.
 :mod:`faultbench.faults.known` registers them under their labels.
 
 Every variant says why it cannot apply to a run that is not a sequence task's
-(its targets are class labels, not next tokens), and is never skipped silently.
+(its targets are class labels or values, not next tokens), and is never skipped silently.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from faultbench.tasks.sequences import IGNORE, SPECIALS, labels_where
 def _sequences_only(recipe: Recipe) -> str:
     if recipe.sequences is not None:
         return ""
-    return "the task is not a sequence task: its targets are class labels, not next tokens"
+    kind = recipe.kind.summary
+    return f"the task is not a sequence task: its targets are {kind}, not next tokens"
 
 
 def _relabelled(recipe: Recipe, labels: Callable[[np.ndarray, Any, str], np.ndarray]) -> Recipe:
@@ -253,7 +254,7 @@ def _resumable(recipe: Recipe) -> str:
     if recipe.sequences is None:
         return (
             "run on sequence tasks only: the manifestation signal that shows it (the rate's "
-            "restarts) is read on sequence runs, not on a classifier's"
+            "restarts) is read on sequence runs, not on a classifier's or a regression's"
         )
     # A constant rate's schedule rebuilt is the same schedule: only the optimizer's moments
     # start over, which it rebuilds in a few steps; the fault applies and may leave no trace

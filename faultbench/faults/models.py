@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from faultbench.faults.fault import Severity, Variant
-from faultbench.faults.recipe import Recipe
+from faultbench.faults.inputs import with_inputs
+from faultbench.faults.recipe import Recipe, call, inputs_of
 
 DEAD_MARGIN = 1.0  # how far below the largest training pre-activation a dead bias sits
 
@@ -42,18 +43,18 @@ def _kill_units(model: nn.Module, recipe: Recipe, name: str, share: float) -> No
             n = recipe.batch_size if isinstance(norm, nn.BatchNorm1d) else layer.out_features
             norm.bias[:n_dead] = -(math.sqrt(max(1, n - 1)) + DEAD_MARGIN)
             return
-        highest = _pre_activations(model, layer, recipe.X_train)[:, :n_dead].max(dim=0).values
+        highest = _pre_activations(model, layer, recipe)[:, :n_dead].max(dim=0).values
         layer.bias[:n_dead] -= highest + DEAD_MARGIN
 
 
-def _pre_activations(model: nn.Module, layer: nn.Module, X: np.ndarray) -> torch.Tensor:
-    """``layer``'s outputs (bias included) on ``X``, dropout off."""
+def _pre_activations(model: nn.Module, layer: nn.Module, recipe: Recipe) -> torch.Tensor:
+    """``layer``'s outputs (bias included) on the training inputs, dropout off."""
     seen: list[torch.Tensor] = []
     hook = layer.register_forward_hook(lambda _m, _i, out: seen.append(out.detach()))
     training = model.training
     model.eval()
     try:
-        model(torch.from_numpy(X))
+        call(model, inputs_of(recipe, recipe.X_train, recipe.codes_train))
     finally:
         hook.remove()
         model.train(training)
@@ -94,7 +95,7 @@ def _negative_init(recipe: Recipe, severity: float | None) -> Recipe:
     def unit_range(X: np.ndarray) -> np.ndarray:
         return ((X - low) / span).astype(np.float32)
 
-    return recipe.replace(X_train=unit_range(recipe.X_train), X_val=unit_range(recipe.X_val))
+    return with_inputs(recipe, unit_range)
 
 
 def _reads_the_inputs(recipe: Recipe, name: str) -> bool:
@@ -121,6 +122,8 @@ def _silenceable(recipe: Recipe) -> str:
     name = recipe.pick_hidden("dead_units")
     if recipe.architecture == "gru" and name == recipe.network.hidden_names[0]:
         return "the layer reads a GRU's state, which is signed: no init silences it all"
+    if recipe.architecture == "tabular" and name == recipe.network.hidden_names[0]:
+        return "the layer reads the codes' embeddings, which are signed: no init silences it all"
     return ""
 
 
@@ -206,28 +209,99 @@ TOO_SMALL_MODEL: tuple[Variant, ...] = (
 
 # -- softmax_before_loss -------------------------------------------------------
 
+#: The share of the training targets an output activation may leave out of its reach
+#: before it is a bug: below it, the activation is the user's choice (a sigmoid head on
+#: pixels in [0, 1], a ReLU on counts), not a fault.
+OUT_OF_REACH = 0.1
+#: Each kind's form of the bug: the activation that takes the place of the logits.
+_FORM = {
+    "multiclass": "softmax_before_loss.softmax_module",
+    "next_token": "softmax_before_loss.softmax_module",
+    "binary": "softmax_before_loss.sigmoid_logits",
+    "multilabel": "softmax_before_loss.sigmoid_logits",
+    "regression": "softmax_before_loss.sigmoid_output or .relu_output",
+    "reconstruction": "softmax_before_loss.sigmoid_output or .relu_output",
+}
 
-def _with_softmax(inner: Callable[[Recipe], nn.Module]) -> Callable[[Recipe], nn.Module]:
-    def softmax_head(r: Recipe) -> nn.Module:
+
+def _with_head(
+    inner: Callable[[Recipe], nn.Module], name: str, head: Callable[[], nn.Module]
+) -> Callable[[Recipe], nn.Module]:
+    """``inner``'s model with ``head()`` appended as its last module, called ``name``."""
+
+    def headed(r: Recipe) -> nn.Module:
         model = inner(r)
-        model.add_module("softmax", nn.Softmax(dim=-1))  # the classes: dim 1 of (N, C) outputs
+        model.add_module(name, head())
         return model
 
-    return softmax_head
+    return headed
+
+
+def _softmax() -> nn.Module:
+    return nn.Softmax(dim=-1)  # the classes: dim 1 of (N, C) outputs
 
 
 def _softmax_module(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.replace(make_model=_with_softmax(recipe.make_model))
+    return recipe.replace(make_model=_with_head(recipe.make_model, "softmax", _softmax))
+
+
+def _not_for(recipe: Recipe, kinds: tuple[str, ...]) -> str:
+    """Why a form of the bug written for targets of ``kinds`` cannot apply, or ""."""
+    if recipe.kind.name in kinds:
+        return ""
+    kind = recipe.kind
+    return f"the task is {kind} ({kind.loss_name} loss): the bug's form here is {_FORM[kind.name]}"
+
+
+def _class_scores(recipe: Recipe) -> str:
+    return _not_for(recipe, ("multiclass", "next_token"))
 
 
 def _class_loss(recipe: Recipe) -> str:
-    if recipe.sequences is None:
-        return ""
-    return "the targets are next tokens: nll_loss would read the positions as classes"
+    if recipe.sequences is not None:
+        return "the targets are next tokens: nll_loss would read the positions as classes"
+    return _not_for(recipe, ("multiclass",))
 
 
 def _nll_of_probabilities(recipe: Recipe, severity: float | None) -> Recipe:
-    return recipe.replace(make_model=_with_softmax(recipe.make_model), loss=F.nll_loss)
+    return recipe.replace(
+        make_model=_with_head(recipe.make_model, "softmax", _softmax), loss=F.nll_loss
+    )
+
+
+def _sigmoid_head(recipe: Recipe, severity: float | None) -> Recipe:
+    return recipe.replace(make_model=_with_head(recipe.make_model, "output_sigmoid", nn.Sigmoid))
+
+
+def _logits_loss(recipe: Recipe) -> str:
+    return _not_for(recipe, ("binary", "multilabel"))
+
+
+def _relu_head(recipe: Recipe, severity: float | None) -> Recipe:
+    return recipe.replace(make_model=_with_head(recipe.make_model, "output_relu", nn.ReLU))
+
+
+def _out_of_reach(recipe: Recipe, low: float, high: float, activation: str) -> str:
+    """Why an output activation of range (``low``, ``high``) is no bug on the task, or ""."""
+    why = _not_for(recipe, ("regression", "reconstruction"))
+    if why:
+        return why
+    y = recipe.y_train
+    share = float(((y < low) | (y > high)).mean())
+    if share >= OUT_OF_REACH:
+        return ""
+    return (
+        f"{share:.0%} of the targets lie outside a {activation}'s range ({low:g}, {high:g}): "
+        f"the {activation} head is a choice the targets allow, not a bug"
+    )
+
+
+def _sigmoid_reach(recipe: Recipe) -> str:
+    return _out_of_reach(recipe, 0.0, 1.0, "sigmoid")
+
+
+def _relu_reach(recipe: Recipe) -> str:
+    return _out_of_reach(recipe, 0.0, math.inf, "ReLU")
 
 
 SOFTMAX_BEFORE_LOSS: tuple[Variant, ...] = (
@@ -236,6 +310,7 @@ SOFTMAX_BEFORE_LOSS: tuple[Variant, ...] = (
         "the model ends in `nn.Softmax`, and its output goes into `cross_entropy`",
         "model",
         _softmax_module,
+        why_not=_class_scores,
     ),
     Variant(
         "nll_of_probs",
@@ -243,5 +318,26 @@ SOFTMAX_BEFORE_LOSS: tuple[Variant, ...] = (
         "model+loss",
         _nll_of_probabilities,
         why_not=_class_loss,
+    ),
+    Variant(
+        "sigmoid_logits",
+        "the model ends in `nn.Sigmoid`, and its probabilities go into `BCEWithLogitsLoss`",
+        "model",
+        _sigmoid_head,
+        why_not=_logits_loss,
+    ),
+    Variant(
+        "sigmoid_output",
+        "a regression's output ends in `nn.Sigmoid`: no prediction leaves (0, 1), the targets do",
+        "model",
+        _sigmoid_head,
+        why_not=_sigmoid_reach,
+    ),
+    Variant(
+        "relu_output",
+        "a regression's output ends in `nn.ReLU`: it cannot predict the negative targets",
+        "model",
+        _relu_head,
+        why_not=_relu_reach,
     ),
 )

@@ -190,7 +190,34 @@ def _frozen_embedding(recipe: Recipe, severity: float | None) -> Recipe:
 def _reads_tokens(recipe: Recipe) -> str:
     if recipe.architecture in ("gru", "transformer"):
         return ""
+    if recipe.code_sizes:
+        return "its embeddings hold categorical codes, not tokens: frozen_layer.code_table"
     return "the model reads features, not token ids: it has no embedding"
+
+
+def _largest_table(model: nn.Module) -> nn.Embedding:
+    """The embedding table of the code with the most values (the first of equals): a
+    recommender's users or items, the table that carries most of what the codes say."""
+    codes = model.get_submodule("codes")  # faultbench.faults.architectures.Codes
+    tables = [m for m in codes.modules() if isinstance(m, nn.Embedding)]
+    return max(tables, key=lambda table: table.num_embeddings)
+
+
+def _table_left_out(recipe: Recipe, severity: float | None) -> Recipe:
+    inner = recipe.param_groups
+
+    def without_table(model: nn.Module, r: Recipe) -> list[dict[str, Any]]:
+        frozen = {id(p) for p in _largest_table(model).parameters()}
+        groups = inner(model, r)
+        return [{**g, "params": [p for p in g["params"] if id(p) not in frozen]} for g in groups]
+
+    return recipe.replace(param_groups=without_table)
+
+
+def _reads_codes(recipe: Recipe) -> str:
+    if recipe.code_sizes:
+        return ""
+    return "the model takes no categorical codes: it has no embedding table of them"
 
 
 FROZEN_LAYER: tuple[Variant, ...] = (
@@ -218,5 +245,12 @@ FROZEN_LAYER: tuple[Variant, ...] = (
         "model",
         _frozen_embedding,
         why_not=_reads_tokens,
+    ),
+    Variant(
+        "code_table",
+        "a categorical feature's embedding table is not passed to the optimizer",
+        "optimizer",
+        _table_left_out,
+        why_not=_reads_codes,
     ),
 )

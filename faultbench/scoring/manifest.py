@@ -7,6 +7,12 @@ healthy runs' prediction interval (Student t, Bonferroni-corrected over the
 signals). A run whose signals all stay inside is reported as "no visible
 effect" rather than as a diagnoser's miss. This is mutation testing's
 "killed or equivalent mutant" question, asked of training faults.
+
+The loss signals are read against the run's loss reference
+(:attr:`~faultbench.training.trace.RunConfig.start_loss`: the loss an untrained
+model starts near, ln C for C classes, ln 2 for a logits loss, the targets'
+variance for a squared error), so they mean the same on every kind of task; a
+run without one (a trace of a kind nothing knows) leaves them untested.
 """
 
 from __future__ import annotations
@@ -28,14 +34,20 @@ EFFECT_CAP = 1000.0  # effects beyond 1000 healthy sds (or not finite) are all "
 EFFECT_FLOOR = 0.01  # an effect's unit is never below 0.01: a point of a share, 1% of a ratio
 
 
+def _reference(c: RunConfig) -> float:
+    """The loss the run's model starts near; NaN where there is none to divide by."""
+    start = c.start_loss
+    return start if math.isfinite(start) and start > 0 else math.nan
+
+
 def _first_loss(t: Trace, c: RunConfig) -> float:
-    return float(t.loss[0]) / math.log(c.n_classes)
+    return float(t.loss[0]) / _reference(c)
 
 
 def _final_loss(t: Trace, c: RunConfig) -> float:
     tail = t.loss[-20:]
     tail = tail[~np.isnan(tail)]  # a run whose loss went NaN at the end has none: NaN, silently
-    return float(tail.mean()) / math.log(c.n_classes) if len(tail) else math.nan
+    return float(tail.mean()) / _reference(c) if len(tail) else math.nan
 
 
 def _val_acc(t: Trace, c: RunConfig) -> float:
@@ -72,8 +84,11 @@ def _least_change(t: Trace, c: RunConfig) -> float:
 
 
 def _spikes(t: Trace, c: RunConfig) -> float:
+    reference = _reference(c)
+    if math.isnan(reference):
+        return math.nan
     late = np.nan_to_num(t.loss[len(t.loss) // 6 :], nan=np.inf)
-    return float((late > math.log(c.n_classes)).mean())
+    return float((late > reference).mean())
 
 
 def _mean(values: np.ndarray) -> float:
@@ -120,8 +135,8 @@ def _lr_restarts(t: Trace, c: RunConfig) -> float:
 
 #: Signal name -> function of (trace, config); each is relative to the run.
 SIGNALS: dict[str, Callable[[Trace, RunConfig], float]] = {
-    "first_loss_over_lnC": _first_loss,
-    "final_loss_over_lnC": _final_loss,
+    "first_loss_over_reference": _first_loss,  # the reference: ln C for C classes
+    "final_loss_over_reference": _final_loss,
     "val_acc": _val_acc,
     "train_val_gap": _gap,
     "wait_share": _wait,
@@ -129,7 +144,7 @@ SIGNALS: dict[str, Callable[[Trace, RunConfig], float]] = {
     "inactive_share": _inactive,
     "no_grad_share": _no_grad,
     "log_least_weight_change": _least_change,
-    "late_loss_above_lnC": _spikes,
+    "late_loss_above_reference": _spikes,
     # A sequence model's (NaN for a classifier's run, and then not tested):
     "counted_share": _counted,
     "padding_counted_share": _padding_counted,
