@@ -15,6 +15,10 @@ from faultbench.scoring.run import Run
 from faultbench.training.instruments import InstrumentRef, references
 
 UNKNOWN = "unknown"  # a diagnoser's way to say "I cannot tell"
+# A diagnoser's way to say "not yet": the run so far cannot be judged (a run cut early, a
+# single evaluation). Scored apart from right and wrong: never correct, never an alarm, and
+# its share is reported.
+UNDECIDED = "undecided"
 ENTRY_POINT_GROUP = "faultbench.diagnosers"
 
 

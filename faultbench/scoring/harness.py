@@ -26,7 +26,7 @@ from typing import Any
 from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import base_setup, labels
-from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, Diagnosis
+from faultbench.scoring.diagnosis import UNDECIDED, UNKNOWN, Diagnoser, Diagnosis
 from faultbench.scoring.run import Probe, Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
@@ -146,7 +146,7 @@ def _invalid(diagnoser: object, answer: object) -> str:
     name = type(diagnoser).__name__
     if not isinstance(answer, Diagnosis):
         return f"{name}.diagnose returned {type(answer).__name__}, expected Diagnosis"
-    if not isinstance(answer.label, str) or answer.label not in {*labels(), UNKNOWN}:
+    if not isinstance(answer.label, str) or answer.label not in {*labels(), UNKNOWN, UNDECIDED}:
         return f"{name}.diagnose returned unknown label {answer.label!r}"
     also = getattr(answer, "also", ())
     if not isinstance(also, tuple) or any(a not in labels() for a in also):
