@@ -243,14 +243,12 @@ FIXES = {
     "too_small_model": "widen the narrow layer (at least as wide as the classes it separates)",
     "label_mismatch": "check that the validation labels use the training labels' encoding "
     "and order",
-    "missing_zero_grad": "clear the gradients every step: optimizer.zero_grad() before "
-    "backward()",
+    "missing_zero_grad": "clear the gradients every step: optimizer.zero_grad() before backward()",
     "lr_too_high": "lower the learning rate (try a tenth)",
     "softmax_before_loss": "hand the loss logits: remove the softmax or sigmoid before it",
     "unmasked_loss": "give the padding's and the prompt's labels the ignore index (-100)",
     "causal_mask_missing": "pass attention a causal mask",
-    "loss_normalization": "average the micro-batches' losses (divide by the accumulation "
-    "steps)",
+    "loss_normalization": "average the micro-batches' losses (divide by the accumulation steps)",
     "labels_not_shifted": "shift the labels one position: each position predicts the next token",
     "resume_without_state": "save and restore the scheduler's (and the optimizer's) state "
     "when resuming",

@@ -227,7 +227,12 @@ FLOOR = _stat(
     per_kind=True,
 )
 NOT_LEARNED = _stat(
-    "not_learned", not_learned, 0.0, "short of halfway, or loss fall - 0.8", per_kind=True, strict=True
+    "not_learned",
+    not_learned,
+    0.0,
+    "short of halfway, or loss fall - 0.8",
+    per_kind=True,
+    strict=True,
 )
 PADDING = _stat(
     "padding_counted",
@@ -248,9 +253,7 @@ FUTURE = _stat(
 SUMMED = _stat(
     "summed_loss", summed_loss, ACCUMULATED, "first loss / ln V", per_kind=True, strict=True
 )
-COPIES = _stat(
-    "answers_missed", answers_missed, 1 - COPY_EXACT, "answers missed", per_kind=True
-)
+COPIES = _stat("answers_missed", answers_missed, 1 - COPY_EXACT, "answers missed", per_kind=True)
 BEHIND = _stat(
     "tokens_behind", tokens_behind, TOKEN_GAP, "exact - token accuracy", per_kind=True, strict=True
 )
@@ -264,9 +267,7 @@ def loss_at_start(run: Run) -> Finding:
     """huge_inputs: the untrained model's loss is far above where a sane initialization starts
     (ln C for classes, ln 2 per label, the targets' variance for a squared error), or not
     finite. Silent when the run's kind gives no such reference."""
-    return _found(
-        judge(FIRST_LOSS, run), first_loss=f.first_loss(run), loss_reference=f.ln_c(run)
-    )
+    return _found(judge(FIRST_LOSS, run), first_loss=f.first_loss(run), loss_reference=f.ln_c(run))
 
 
 def data_wait(run: Run) -> Finding:
@@ -292,7 +293,9 @@ def frozen_layer(run: Run) -> Finding:
 def no_gradient(run: Run) -> Finding:
     """dead_units: more than half of a layer's weights never received a gradient."""
     return _found(
-        judge(NO_GRAD, run), no_grad_share=f.no_grad_share(run), inactive_share=f.inactive_share(run)
+        judge(NO_GRAD, run),
+        no_grad_share=f.no_grad_share(run),
+        inactive_share=f.inactive_share(run),
     )
 
 

@@ -208,7 +208,9 @@ def validation_check(run: Run) -> Check:
         return Check(
             name, f"one evaluation: {last:.3f}", threshold, UNMEASURED + ": log_eval() twice"
         )
-    measured = f"{float(val[0]):.3f} -> {last:.3f} (best {float(val.max()):.3f}, chance {chance:.3f})"
+    measured = (
+        f"{float(val[0]):.3f} -> {last:.3f} (best {float(val.max()):.3f}, chance {chance:.3f})"
+    )
     fired = [r for r in readings if r.fired]
     if fired:
         measured += "; " + "; ".join(f"{r.check} {r.describe()}" for r in fired)

@@ -77,10 +77,7 @@ def healthy_runs(
     ]
     records = ensure_records(specs, task, store=store, engine=engine, progress=progress)
     return [
-        run_for(record, task, every)
-        for _, record, _ in records
-        if record.ok
-        for every in SAMPLINGS
+        run_for(record, task, every) for _, record, _ in records if record.ok for every in SAMPLINGS
     ]
 
 

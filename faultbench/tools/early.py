@@ -47,7 +47,7 @@ class EarlyWarning:
         )
 
 
-class StopTraining(Exception):  # noqa: N818 (a request to the loop, not an error)
+class StopTraining(Exception):
     """Raised by ``Monitor.check(stop=True)`` when a warning holds: end the loop here."""
 
     def __init__(self, warnings: list[EarlyWarning]) -> None:

@@ -43,8 +43,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from importlib import import_module
 from collections.abc import Iterable, Iterator, Sequence
+from importlib import import_module
 from typing import Any, TypeVar
 
 import numpy as np
