@@ -535,7 +535,8 @@ class RulesDiagnoser:
         }
         label = probe_verdict(run, not reading.fired, shaky.fired, floor.fired)
         if label in ("lr_too_high", "softmax_before_loss", "too_small_model"):
-            held = _confirmed(label, run, Finding(True), evidence["memorization"])
+            memorized = evidence["memorization"]
+            held = _confirmed(label, run, Finding(True, memorized), memorized)
             label = label if held else _failed_label(run)
         return _answer(label, "memorization", evidence)
 

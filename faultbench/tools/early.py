@@ -81,19 +81,19 @@ def check(
 
 
 def warnings_of(run: Run) -> list[EarlyWarning]:
-    """Every early warning on ``run``: one per fault, the first rule that names it."""
+    """The early warning on ``run``, if any: the first rule that fires and stands, in the
+    order the doctor trusts them (so the warning names what its diagnosis would)."""
     evidence: dict[str, Any] = {}
-    found: dict[str, EarlyWarning] = {}
     for label, rule, finding in rules.raised(run, rules.early_rules(run), evidence):
-        if label in found:
-            continue
         said = [f"{r.check} {r.describe()}" for r in finding.readings if r.fired]
-        found[label] = EarlyWarning(
-            label,
-            run.trace.steps,
-            rule,
-            "; ".join(said),
-            FIXES.get(label, "see the doctor's report"),
-            str(evidence[rule].get("treatment", {}).get("said", "")),
-        )
-    return list(found.values())
+        return [
+            EarlyWarning(
+                label,
+                run.trace.steps,
+                rule,
+                "; ".join(said),
+                FIXES.get(label, "see the doctor's report"),
+                str(evidence[rule].get("treatment", {}).get("said", "")),
+            )
+        ]
+    return []
