@@ -195,6 +195,30 @@ def accumulation_of(norms: np.ndarray) -> float:
     return 1.0 / drop if drop > 0 else math.inf
 
 
+#: Recorded steps a statistic over them needs: fewer are one or two batches' noise (a run's
+#: first updates, or a check early in a run).
+MIN_RECORDED = 5
+
+
+def recorded_enough(run: Run) -> bool:
+    """Whether the run recorded at least :data:`MIN_RECORDED` steps of per-layer statistics."""
+    return len(run.trace.stat_steps) >= MIN_RECORDED
+
+
+def late_update_ratio(run: Run) -> dict[str, float]:
+    """Per layer: median |update| / |weights| over the later half of the recorded steps (an
+    optimizer's first updates are large against freshly initialized weights: Adam's are
+    the rate itself in every coordinate); empty with fewer than :data:`MIN_RECORDED`."""
+    if not recorded_enough(run):
+        return {}
+    out = {}
+    for name, values in run.trace.update_ratio.items():
+        late = values[len(values) // 2 :]
+        finite = late[np.isfinite(late)]
+        out[name] = float(np.median(finite)) if len(finite) else math.nan
+    return out
+
+
 def update_ratio(run: Run) -> dict[str, float]:
     """Per layer: median |update| / |weights| over the run's finite steps."""
     out = {}

@@ -146,8 +146,11 @@ def accumulation(run: Run) -> float:
 
 
 def largest_update(run: Run) -> float:
-    """The largest layer's median update over its weights."""
-    ratios = [v for v in f.update_ratio(run).values() if math.isfinite(v)]
+    """The largest layer's median update over its weights in the later half of the run so
+    far (:func:`~faultbench.diagnosers._features.late_update_ratio`); NaN too early."""
+    if not f.recorded_enough(run):
+        return math.nan
+    ratios = [v for v in f.late_update_ratio(run).values() if math.isfinite(v)]
     return max(ratios, default=0.0)
 
 
@@ -189,6 +192,12 @@ def tokens_behind(run: Run) -> float:
     return f.final_val_acc(run) - f.final_token_acc(run)
 
 
+def _enough(run: Run, value: float) -> float:
+    """``value``, or NaN for a run too short to read a per-layer statistic off (a layer that
+    got no gradient on one batch is not dead)."""
+    return float(value) if f.recorded_enough(run) else math.nan
+
+
 def _stat(
     name: str, read: Callable[[Run], float], bound: float, says: str, **how: bool
 ) -> Statistic:
@@ -199,10 +208,10 @@ FIRST_LOSS = _stat(
     "first_loss", f.first_loss_ratio, START_FACTOR, "first loss / loss reference", strict=True
 )
 WAIT = _stat("wait_share", lambda r: r.trace.wait_share, WAIT_SHARE, "data wait share", strict=True)
-UNMOVED = _stat("unmoved_layers", lambda r: float(len(unmoved_layers(r))), 1, "unmoved layers")
+UNMOVED = _stat("unmoved_layers", lambda r: _enough(r, len(unmoved_layers(r))), 1, "unmoved layers")
 NO_GRAD = _stat(
     "no_grad_share",
-    lambda r: max(f.no_grad_share(r).values(), default=0.0),
+    lambda r: _enough(r, max(f.no_grad_share(r).values(), default=0.0)),
     DEAD_SHARE,
     "largest share of a layer's weights never given a gradient",
     strict=True,
@@ -213,7 +222,7 @@ ACCUMULATES = _stat(
     "accumulation", accumulation, 1 / JITTER_DROP, "fall of the step noise", strict=True
 )
 UPDATES = _stat(
-    "update_ratio", largest_update, UPDATE_RATIO, "largest median update/weight", strict=True
+    "update_ratio", largest_update, UPDATE_RATIO, "largest late median update/weight", strict=True
 )
 SPIKES = _stat(
     "spike_share", f.spike_share, SPIKE_SHARE, "late steps over 2x the first loss", strict=True
@@ -333,7 +342,7 @@ def unstable(run: Run) -> Finding:
     return Finding(
         any(r.fired for r in readings),
         {
-            "update_ratio": f.update_ratio(run),
+            "update_ratio": f.late_update_ratio(run),
             "spike_share": f.spike_share(run),
             "nonfinite_share": f.nonfinite_share(run),
             "checks": {r.check: r.evidence() for r in readings},

@@ -41,12 +41,10 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.scoring.diagnosis import Diagnoser
 from faultbench.scoring.run import Probe
 from faultbench.tools.doctor import DoctorReport, doctor
-from faultbench.tools.early import EarlyWarning
+from faultbench.tools.early import CHECK_EVERY, EarlyWarning
 from faultbench.training.monitor import DEFAULT_EVERY, Monitor
 
-__all__ = ["CHECK_EVERY", "FaultbenchCallback"]
-
-CHECK_EVERY = 100  # optimizer updates between early-warning checks (faultbench bench prices it)
+__all__ = ["FaultbenchCallback"]
 
 
 class FaultbenchCallback(pl.Callback):
@@ -64,7 +62,7 @@ class FaultbenchCallback(pl.Callback):
             raised (on the main process only).
         kind: What the task predicts, passed to the Monitor (``"regression"``, ...).
         check_every: Ask for early warnings every this many optimizer updates
-            (:data:`CHECK_EVERY`); None: never.
+            (:data:`faultbench.tools.early.CHECK_EVERY`); None: never.
         stop_on_warning: End ``fit`` at the first early warning (``trainer.should_stop``).
 
     After ``fit``: ``monitor`` holds the Monitor (its ``trace()`` and

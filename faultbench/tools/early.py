@@ -55,6 +55,8 @@ class StopTraining(Exception):
         self.warnings = warnings  # what was found
 
 
+CHECK_EVERY = 100  # optimizer updates between the callbacks' checks (faultbench bench prices it)
+
 #: The faults already said for each monitor (printed once each).
 _SAID: weakref.WeakKeyDictionary[Monitor, set[str]] = weakref.WeakKeyDictionary()
 
