@@ -33,7 +33,7 @@ from torch import nn
 
 from faultbench.faults.fault import labels
 from faultbench.scoring.diagnosis import UNKNOWN, Diagnosis, finite_or_none
-from faultbench.scoring.run import Probe, Run
+from faultbench.scoring.run import Probe, Run, output_tensor
 from faultbench.storage.runner import one_thread  # noqa: F401  (the ports' one-thread probe)
 from faultbench.training.trace import Trace
 
@@ -242,7 +242,9 @@ def first_tensor(output: Any) -> torch.Tensor | None:
 def forward_with_outputs(
     model: nn.Module, X: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The model's output on ``X`` and every leaf module's output, in leaf order.
+    """The model's output tensor on ``X`` (a ``ModelOutput``'s logits: the probe's
+    :func:`~faultbench.scoring.run.output_tensor`) and every leaf module's output, in leaf
+    order.
 
     The outputs keep their autograd graph, so a loss on the result can be backpropagated.
     """
@@ -257,7 +259,7 @@ def forward_with_outputs(
 
         handles.append(module.register_forward_hook(keep))
     try:
-        out = model(X)
+        out = output_tensor(model(X))
     finally:
         for handle in handles:
             handle.remove()

@@ -156,6 +156,14 @@ class Context:
     layers: list[tuple[str, nn.Module]]  # leaf modules, input side first
     weighted: list[str]  # the Linear and convolution leaves, input side first
     inputs_outside: bool  # some training input outside [-1, 1]
+    # Per weighted leaf: the name its weight is stored under in the first batch's params
+    # and grads (a weight tied to another module's, an lm_head's, under that module's).
+    weight_of: dict[str, str]
+
+    def kernel(self, table: dict[str, np.ndarray], name: str) -> np.ndarray:
+        """Weighted leaf ``name``'s weight (or gradient) in ``table``: a tied weight is one
+        parameter, stored once."""
+        return table[self.weight_of.get(name, f"{name}.weight")]
 
     @property
     def last_epoch(self) -> int:
@@ -179,7 +187,7 @@ def _poor_weights(ctx: Context) -> str | None:
     if ctx.batch is None:
         return None
     for name in ctx.weighted:
-        w = ctx.batch.params[f"{name}.weight"].ravel()
+        w = ctx.kernel(ctx.batch.params, name).ravel()
         var = float(np.var(w, ddof=1)) if w.size > 1 else math.nan
         if var < WEIGHT_VARIANCE[0] or var > WEIGHT_VARIANCE[1]:
             return "poor weight initialization"
@@ -192,7 +200,7 @@ def lr_ratios(ctx: Context) -> dict[str, float]:
         return {}
     out = {}
     for name in ctx.weighted:
-        w, g = ctx.batch.params[f"{name}.weight"], ctx.batch.grads[f"{name}.weight"]
+        w, g = ctx.kernel(ctx.batch.params, name), ctx.kernel(ctx.batch.grads, name)
         norm = float(np.linalg.norm(w))
         out[name] = ctx.run.config.lr * float(np.linalg.norm(g)) / norm if norm else math.inf
     return out
@@ -294,7 +302,7 @@ def grad_values(ctx: Context, epoch: int, name: str) -> tuple[float, float] | No
     if epoch == 0:
         if ctx.batch is None:
             return None
-        g = ctx.batch.grads[f"{name}.weight"]
+        g = ctx.kernel(ctx.batch.grads, name)
         return float(np.mean(g)), float(np.mean(np.abs(g)))
     series = module_stat(ctx.run.trace, GRAD_MEAN_ABS, name)
     if series is None:
@@ -444,7 +452,7 @@ def gradient_checks(ctx: Context, epoch: int, missing: list[str]) -> Iterator[Sy
 
 def _weight_mean(ctx: Context, epoch: int, name: str) -> float | None:
     if epoch == 0 and ctx.batch is not None:
-        return float(np.mean(ctx.batch.params[f"{name}.weight"]))
+        return float(np.mean(ctx.kernel(ctx.batch.params, name)))
     if epoch == ctx.last_epoch and name in ctx.run.trace.weight_change:
         change = ctx.run.trace.weight_change[name]
         return 1.0 if math.isfinite(change) else math.nan  # only finiteness is known
@@ -485,8 +493,11 @@ def context(run: Run) -> Context:
     else:
         outside = run.trace.input_stats.get("abs_max", 0.0) > INPUT_BOUND
     model_leaves = leaves(batch.model) if batch is not None else []
-    weighted = [n for n, _ in weighted_layers(batch.model)] if batch is not None else []
-    return Context(run, epochs(run.trace), batch, model_leaves, weighted, outside)
+    layers = weighted_layers(batch.model) if batch is not None else []
+    stored = {id(p): n for n, p in batch.model.named_parameters()} if batch is not None else {}
+    weight_of = {n: stored[id(m.weight)] for n, m in layers if id(m.weight) in stored}
+    weighted = [n for n, _ in layers]
+    return Context(run, epochs(run.trace), batch, model_leaves, weighted, outside, weight_of)
 
 
 @DIAGNOSERS.register("deepdiagnosis")

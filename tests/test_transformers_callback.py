@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
-os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: the model is built from a config
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-# Run from the repository's root, this repository's own datasets/ folder (installed as
-# faultbench.datasets) would pass for Hugging Face's `datasets` package, which transformers
-# then uses as if installed: the root leaves the path (faultbench is installed, not read here).
-_ROOT = str(Path(__file__).resolve().parents[1])
-sys.path[:] = [
-    p for p in sys.path if p not in ("", ".", _ROOT) and Path(p or ".").resolve() != Path(_ROOT)
-]
+import numpy as np
+import pytest
+import torch
+from trainer_fixtures import one_thread, transformers
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-transformers = pytest.importorskip("transformers")
-
-from faultbench.integrations.transformers import FaultbenchCallback  # noqa: E402
+from faultbench.integrations.transformers import FaultbenchCallback
 
 VOCAB, CONTEXT = 24, 12
 EXAMPLES, MICRO, ACCUMULATE, UPDATES = 64, 8, 2, 6
@@ -84,7 +71,8 @@ def _train(tmp_path: Path, callback: FaultbenchCallback) -> tuple[object, list, 
     trainer = transformers.Trainer(
         model=model, args=args, train_dataset=_data(), callbacks=[callback]
     )
-    trainer.train()
+    with one_thread():
+        trainer.train()
     return trainer, seen, model
 
 

@@ -260,6 +260,11 @@ class ActivationWatch:
         self._remove_hooks()
         self._scratch, self._views = {}, {}
 
+    def reopen(self, on: bool) -> None:
+        """Undo :meth:`close` (the run it watched resumed), hooks on if ``on``."""
+        self._closed = False
+        self.watch(on)
+
     def _remove_hooks(self) -> None:
         for handle in self._handles:
             handle.remove()

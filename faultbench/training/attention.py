@@ -121,6 +121,11 @@ class AttentionWatch:
         self._closed = True
         self._remove_hooks()
 
+    def reopen(self, on: bool) -> None:
+        """Undo :meth:`close` (the run it watched resumed), hooks on if ``on``."""
+        self._closed = False
+        self.watch(on)
+
     def _remove_hooks(self) -> None:
         for handle in self._handles:
             handle.remove()

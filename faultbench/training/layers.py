@@ -20,6 +20,16 @@ microseconds whatever its size. The block holds at most ``BLOCK_BYTES``, so a
 large model gets one row (each step reduced at once). Besides the block, the
 monitor keeps the weights at the start and a flag per weight (ever got a
 gradient), both on the parameters' device.
+
+Weights never given a gradient are a dead unit's signature, except in a lookup
+table (``nn.Embedding``): there a row gets a gradient only when the data uses
+its token or position, so a vocabulary the data never writes, or positions
+beyond its longest sequence, are rows without a gradient in a healthy run. A
+table's weights are counted as never given one only in the rows that got one
+on some recorded step (none, in practice: a used row's gradient is dense), or
+all of them when no row ever got one (a table frozen, or cut off from the
+loss). A weight shared by two modules (an output layer tied to the input
+embedding) is one parameter, of the first module that holds it.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import torch
 from torch import nn
 
 from faultbench.training.hostlog import DeviceLog
+from faultbench.training.widths import LOOKUPS
 
 ROOT = "(model)"  # name of the parameters held by the model itself
 LOW_PRECISION = (torch.float16, torch.bfloat16)  # summed in float32
@@ -40,6 +51,15 @@ BLOCK_BYTES = 16 << 20  # the most a block of gradients and weights may take
 # Per parameter and recorded step: |g|_2, |g|_1, nonzero entries of g, |update|_2, |w before|_2
 GRAD_L2, GRAD_L1, GRAD_NONZERO, UPDATE, WEIGHT = range(5)
 STATS = 5
+
+
+def table_rows(model: nn.Module) -> dict[int, int]:
+    """The rows of each lookup table's weight (by the parameter's id): a row is a token."""
+    return {
+        id(m.weight): int(m.weight.shape[0])
+        for m in model.modules()
+        if isinstance(m, LOOKUPS) and isinstance(m.weight, torch.Tensor) and m.weight.dim() == 2
+    }
 
 
 def direct_parameters(model: nn.Module) -> dict[str, list[nn.Parameter]]:
@@ -63,10 +83,13 @@ class _Group:
         params: Sequence[torch.Tensor],
         every: int,
         also_every: Sequence[int] = (),
+        rows: dict[int, int] | None = None,
     ) -> None:
         self.index = index  # positions in the monitor's parameter order
         self.every = every  # steps between recorded steps
         self.params = [params[i] for i in index]
+        # Per parameter: its rows if it is a lookup table's weight, else 0 (table_rows).
+        self.table_rows = [(rows or {}).get(id(p), 0) for p in self.params]
         sizes = [p.numel() for p in self.params]
         self.bounds = list(zip(np.cumsum([0, *sizes[:-1]]).tolist(), np.cumsum(sizes).tolist()))
         first = self.params[0]
@@ -124,6 +147,13 @@ class _Group:
         if self.before is not None:
             self._copy_weights(self.before[self.filled])
 
+    def measure_from_now(self) -> None:
+        """The next recorded update is measured from the weights now (a resumed run's
+        weights may have been put back to a checkpoint's)."""
+        self._copy_weights(
+            self.weights[self.filled] if self.before is None else self.before[self.filled]
+        )
+
     @torch.no_grad()
     def reduce(self) -> None:
         """Reduce the block's rows into the log and start a new block.
@@ -166,11 +196,12 @@ class _Group:
         self.reduce()
         now = torch.empty_like(self.init)
         self._copy_weights(now)
+        rows = self.table_rows
         moved = (now - self.init).to(self.acc or now.dtype) ** 2
         size = self.init.to(self.acc or now.dtype) ** 2
         never = torch.stack(
             [
-                torch.stack([(seen[a:b] == 0).sum() for a, b in self.bounds])
+                torch.stack([_never(seen[a:b], r) for (a, b), r in zip(self.bounds, rows)])
                 for seen in (self.seen, *self.seen_at.values())
             ]
         )
@@ -182,12 +213,25 @@ class _Group:
         return np.vstack([never_np[:1], sums_np, never_np[1:]])
 
 
+def _never(seen: torch.Tensor, rows: int) -> torch.Tensor:
+    """A parameter's weights never given a gradient (``seen``: per weight, the recorded steps
+    that gave it one), a lookup table's (``rows`` > 0) only in its rows that got one, or all
+    of them when none did (see the module's text)."""
+    if not rows:
+        return (seen == 0).sum()
+    per_row = seen.reshape(rows, -1)
+    touched = (per_row > 0).any(1, keepdim=True)
+    in_used_rows = ((per_row == 0) & touched).sum()
+    return torch.where(touched.any(), in_used_rows, torch.tensor(seen.numel(), device=seen.device))
+
+
 class LayerStats:
     """Per recorded step, per layer: gradient norm and mean |gradient|, update
     ratio, weight norm; per weight: whether it ever got a gradient."""
 
     def __init__(self, model: nn.Module, every: int = 1, also_every: Sequence[int] = ()) -> None:
         layers = direct_parameters(model)
+        rows = table_rows(model)
         self.also_every = tuple(also_every)
         self.names = list(layers)
         self.params: list[torch.Tensor] = [p for ps in layers.values() for p in ps]
@@ -197,7 +241,7 @@ class LayerStats:
         for i, p in enumerate(self.params):
             by_kind.setdefault((p.device, p.dtype), []).append(i)
         self.groups = [
-            _Group(index, self.params, every, self.also_every) for index in by_kind.values()
+            _Group(index, self.params, every, self.also_every, rows) for index in by_kind.values()
         ]
 
     def record(self) -> None:
@@ -209,6 +253,12 @@ class LayerStats:
         """The weights now: the next recorded update is measured from them."""
         for group in self.groups:
             group.keep_weights()
+
+    def measure_from_now(self) -> None:
+        """The weights now: the next recorded update is measured from them, whatever the
+        weights were when the last one was recorded (a run resumed from a checkpoint)."""
+        for group in self.groups:
+            group.measure_from_now()
 
     def per_parameter(self) -> np.ndarray:
         """(recorded steps, 5, parameters): the raw per-parameter numbers."""

@@ -580,6 +580,18 @@ class Monitor:
         # found by name on the first call, as a registry finds its shipped entries.
         return import_module(EARLY_WARNINGS).check(self, probe=probe, show=show, stop=stop)
 
+    def resume(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Continue this trace, after :meth:`close`, on a run resumed on the same model (from
+        a checkpoint, or in a new Trainer): its hooks return, the next update is measured
+        from the weights now (a checkpoint may have put back older ones), and the rate is
+        read from ``optimizer``, the resumed run's (by default the one before)."""
+        if optimizer is not None:
+            self.optimizer = optimizer
+        self._layers.measure_from_now()
+        recorded_next = self._steps % self.every == 0
+        self._acts.reopen(recorded_next)
+        self._attention.reopen(recorded_next)
+
     def close(self) -> None:
         """Remove the hooks this monitor put on the model (the trace stays readable)."""
         self._acts.close()

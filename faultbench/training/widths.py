@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -32,7 +33,7 @@ class FirstForward:
     """
 
     def __init__(self, model: nn.Module) -> None:
-        self.output: torch.Tensor | None = None  # the model's first output (first tensor in it)
+        self.output: torch.Tensor | None = None  # the model's first output (see model_output)
         self.widths: list[int] = []  # the first layer's input, then each layer's output
         self._seen: set[int] = set()  # layers whose width is known
         self._handles = [model.register_forward_hook(Hook(self._top))]
@@ -59,7 +60,7 @@ class FirstForward:
 
     def _top(self, module: nn.Module, _args: Any, out: Any) -> None:
         if module.training:
-            self.output = _first_tensor(out)
+            self.output = model_output(out)
             self.close()
 
     @property
@@ -90,16 +91,30 @@ def _width(module: nn.Module, t: torch.Tensor) -> int:
 
 
 def _first_tensor(value: Any) -> torch.Tensor | None:
-    """The first tensor in an output (a tensor, or nested tuples, lists and dicts)."""
+    """The first tensor in an output (a tensor, or nested tuples, lists and mappings)."""
+    return next(_tensors(value), None)
+
+
+def model_output(value: Any) -> torch.Tensor | None:
+    """What a model scores, out of what its forward returns: the tensor itself, a Hugging
+    Face ``ModelOutput``'s (or any mapping's) ``logits``, or else the first tensor in it
+    that is not a scalar: given its labels, such a model returns its 0-d loss first."""
     if isinstance(value, torch.Tensor):
         return value
-    items: Any = value.values() if isinstance(value, dict) else value
-    if isinstance(items, (tuple, list)) or isinstance(value, dict):
-        for item in items:
-            found = _first_tensor(item)
-            if found is not None:
-                return found
-    return None
+    logits = value.get("logits") if isinstance(value, Mapping) else None
+    if isinstance(logits, torch.Tensor):
+        return logits
+    tensors = list(_tensors(value))
+    return next((t for t in tensors if t.dim() > 0), tensors[0] if tensors else None)
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in an output (a tensor, or nested tuples, lists and mappings), in order."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (Mapping, tuple, list)):
+        for item in value.values() if isinstance(value, Mapping) else value:
+            yield from _tensors(item)
 
 
 def classes_of(output: torch.Tensor | None) -> int:
