@@ -18,10 +18,11 @@ alarm implies is tried for a few probe steps and measured against the untreated 
   into logits (log-probabilities for classes, log-odds for labels).
 
 A treatment *helps* when the treated number is at most :data:`HELPED` times the untreated
-one (a diverged untreated loss against a finite treated one helps too; for frozen layers:
-every unmoved layer moves). Every loss goes through ``probe.loss``, so the harness counts
-what a treatment costs. A fault without a treatment here (the loader, dead units, labels,
-the sequence faults) is raised on its statistic alone, and says so.
+one (a diverged untreated loss against a finite treated one helps too; a memorization
+succeeds where the untreated one did not; for frozen layers: every unmoved layer
+moves). Every loss goes through ``probe.loss``, so the harness counts what a treatment
+costs. A fault without a treatment here (the loader, dead units, labels, the sequence
+faults), or a fix the probe cannot build, is raised on its statistic alone, and says so.
 """
 
 from __future__ import annotations
@@ -84,9 +85,12 @@ class Treatment:
 
 
 def _helps(before: float, after: float) -> bool:
-    if not math.isfinite(after):
+    """The treated number at most :data:`HELPED` times the untreated; a diverged untreated
+    one (+inf) against a finite treated one helps; nothing helps where the untreated shows
+    nothing to fix (-inf, NaN)."""
+    if not math.isfinite(after) or math.isnan(before) or before == -math.inf:
         return False
-    return not math.isfinite(before) or after <= HELPED * before
+    return before == math.inf or after <= HELPED * before
 
 
 #: What each treatment is tried on (stored runs' probes: once per process, as memorize).
@@ -296,10 +300,12 @@ def _standardize(X: Any) -> Any:
 
 def _optimizer(config: RunConfig, model: nn.Module, rate: float) -> torch.optim.Optimizer | None:
     """The run's optimizer class (torch's, by its name) at ``rate``, else None."""
-    cls = getattr(torch.optim, config.optimizer, None)
-    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+    found = getattr(torch.optim, config.optimizer, None)
+    if not (isinstance(found, type) and issubclass(found, torch.optim.Optimizer)):
         return None
-    return cls([p for p in model.parameters() if p.requires_grad], lr=rate)
+    make: Any = found  # a concrete optimizer: it takes the rate, as torch's all do
+    built: torch.optim.Optimizer = make([p for p in model.parameters() if p.requires_grad], lr=rate)
+    return built
 
 
 def _replica(
@@ -377,7 +383,8 @@ def _memorized(
 
 
 def _memo_helps(base: float, treated: float) -> bool:
-    return treated <= MEMORIZED or _helps(base, treated)
+    """The treated model memorizes where the untreated did not, or gets much closer."""
+    return treated <= MEMORIZED < base or _helps(base, treated)
 
 
 def _base_ratio(probe: Probe, evidence: Mapping[str, Any]) -> float:
@@ -417,6 +424,7 @@ def _widened(model: nn.Module, width: int) -> nn.Module | None:
         return None
     _, seq, i, j = best
     first, second = seq[i], seq[j]
+    assert isinstance(first, nn.Linear) and isinstance(second, nn.Linear)
     torch.manual_seed(0)
     seq[i] = nn.Linear(first.in_features, width, bias=first.bias is not None)
     seq[j] = nn.Linear(width, second.out_features, bias=second.bias is not None)

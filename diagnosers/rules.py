@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from faultbench.diagnosers import _features as f
-from faultbench.diagnosers._treatment import Treatment, treat
+from faultbench.diagnosers._treatment import TREATMENTS, Treatment, treat
 from faultbench.scoring.budget import Reading, Statistic, judge
 from faultbench.scoring.diagnosis import DIAGNOSERS, UNDECIDED, Diagnosis, finite_or_none
 from faultbench.scoring.memorize import RATES, memorize
@@ -580,7 +580,16 @@ def _confirmed(label: str, run: Run, finding: Finding, evidence: dict[str, Any])
     tried: Treatment | None = treat(label, run, finding.evidence)
     if tried is not None:
         evidence["treatment"] = tried.evidence()
-    return tried is None or tried.helped
+        return tried.helped
+    why = (
+        "no probe"
+        if run.probe is None
+        else f"no treatment for {label}"
+        if label not in TREATMENTS
+        else "the probe cannot try its fix on this model"
+    )
+    evidence["treatment"] = {"said": f"{why}: raised on its statistic alone"}
+    return True
 
 
 def _answer(label: str, decided_by: str, evidence: dict[str, Any]) -> Diagnosis:

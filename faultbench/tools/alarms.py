@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -125,6 +126,6 @@ def measured_on(tasks: Sequence[Task] | None = None) -> str:
     parts = [code_version()]
     for task in tasks:
         parts += [task.name, task.fingerprint, repr(sorted(working_rates(task).items()))]
-    modules = (budget, soundness, memorize, _features, rules, doctor)
-    parts += [code_text(inspect.getsource(m)) for m in (*modules, inspect.getmodule(share))]
+    modules = (budget, soundness, memorize, _features, rules, doctor, sys.modules[__name__])
+    parts += [code_text(inspect.getsource(m)) for m in modules]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
