@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # strict editable install below links files, so a new file needs a reinstall.
 PACKAGE_DIRS := $(shell find faultbench datasets diagnosers realbugs -type d -not -name __pycache__)
 
-.PHONY: run test lint report calibrate paper bench clean
+.PHONY: run test lint report leaderboard traincheck calibrate paper bench clean
 
 # Editable in setuptools' strict mode: a tree of links to the sources under build/, put on
 # sys.path, so `import faultbench` finds a regular package there from any working
@@ -42,10 +42,26 @@ clean:
 # a language run of a loaded 2-core machine.
 REPORT_TIMEOUT := 600
 
+# Trains what is missing, writes each shipped diagnoser's results/diagnosers/NAME.* (a file
+# whose answers are unchanged is left as it was), then the leaderboard and the other tables.
 report: $(STAMP)  ## regenerate results/ from the committed rates and levels (trains only what is missing)
 	$(BIN)/faultbench report --timeout $(REPORT_TIMEOUT)
 	$(BIN)/faultbench sweep --fault lr_too_high --diagnoser rules --task digits
 	$(BIN)/faultbench pairs --diagnoser rules --task digits
+
+leaderboard: $(STAMP)  ## assemble the leaderboard and its site from results/diagnosers/ (diagnoses nothing)
+	$(BIN)/faultbench leaderboard
+
+# TrainCheck traces each run again in its own interpreter (30-80 s a run): too slow for make
+# report, so its result file comes from here, on the subset of the board it declares, and
+# stands on the leaderboard with the date and code it was scored on. TRAINCHECK_ARGS narrows
+# the board for a quick look into another folder (e.g. --task digits --grids classic --faults
+# lr_too_high --cases none --results /tmp/tc); TRAINCHECK_RUN passes --workers and the like.
+TRAINCHECK_ARGS ?=
+TRAINCHECK_RUN ?=
+traincheck: $(STAMP)  ## score TrainCheck into results/diagnosers/traincheck.* (hours), then the leaderboard
+	$(BIN)/faultbench score --diagnoser traincheck --timeout $(REPORT_TIMEOUT) $(TRAINCHECK_ARGS) $(TRAINCHECK_RUN)
+	$(BIN)/faultbench leaderboard $(TRAINCHECK_ARGS)
 
 # The working rates and severity levels are versioned data (faultbench/faults/*.csv): measured
 # here, when a task, a fault or the training code changes, and only read by make report.

@@ -5,8 +5,10 @@ Each case runs twice (faulty and fixed) and each form is stored as a
 runs, under ``<root>/realbugs/<case>.<form>/seed-<seed>/<key>/``, so a warm
 report retrains nothing and the stored-answer cache
 (:mod:`faultbench.scoring.cache`) keeps each shipped diagnoser's answers beside
-them. A case's key hashes its own module, the kit the scripts share and the
-instrumentation that records the trace; nothing of the grid's recipes or faults.
+them. A case's key is the grid's key function (:meth:`RunSpec.key`) over its own
+module, the kit the scripts share and the instrumentation that records the trace
+(:attr:`RunSpec.code`), each read as code (no docstrings, no comments); nothing of the
+grid's recipes or faults.
 
 Merge note: the grid's RunSpec and Trace are being extended elsewhere; a new
 RunSpec field needs a value in :func:`spec_of` only, and a Trace field nothing here.
@@ -14,25 +16,34 @@ RunSpec field needs a value in :func:`spec_of` only, and a Trace field nothing h
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
-import json
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from functools import cache
 from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from faultbench.faults.fault import Condition
+from faultbench.core.codetext import code_text
+from faultbench.core.errors import FaultbenchError
+from faultbench.faults.fault import HEALTHY, Condition
+from faultbench.faults.grid import GridPoint
 from faultbench.realbugs.case import Case
 from faultbench.realbugs.suite import FORMS, SUITE, get_case
+from faultbench.scoring.diagnosis import Diagnoser
+from faultbench.scoring.plan import Plan
 from faultbench.scoring.run import Run
+from faultbench.storage.files import write_atomic
 from faultbench.storage.records import RunRecord, RunSpec, dumps, loads
+from faultbench.storage.runner import progress_bar
 from faultbench.storage.store import Store, stamped
+from faultbench.training.engine import Engine
+from faultbench.training.monitor import DEFAULT_EVERY
 
 THREADS = 1  # the scripts train on one thread, as the grid's runs do
 #: The modules every case's trace goes through besides its own: the shared kit and the
@@ -49,24 +60,38 @@ RECORDING = (
 )
 
 
-def _source_hash(names: Iterable[str]) -> str:
+@cache
+def _code_hash(names: tuple[str, ...]) -> str:
+    """Hash of the modules called ``names`` as code (no docstrings, no comments)."""
     digest = hashlib.sha256()
     for name in names:
-        digest.update(inspect.getsource(import_module(name)).encode())
+        digest.update(code_text(inspect.getsource(import_module(name))).encode())
     return digest.hexdigest()[:12]
 
 
 def case_fingerprint(case: Case) -> str:
-    """Hash of the case's own module: what it trains and how."""
-    return _source_hash([case.script.__module__])
+    """Hash of the case's own module as code: what it trains and how (a docstring or
+    comment edit keeps it, and so keeps the case's runs)."""
+    return _file_hash(inspect.getsourcefile(case.script) or "")
+
+
+@cache
+def _file_hash(path: str) -> str:
+    return hashlib.sha256(code_text(Path(path).read_text()).encode()).hexdigest()[:12]
 
 
 def spec_of(case: Case, form: str) -> RunSpec:
-    """The run spec of ``case`` in ``form`` ("faulty" or "fixed")."""
+    """The run spec of ``case`` in ``form`` ("faulty" or "fixed"): keyed, as every run
+    is (:meth:`~faultbench.storage.records.RunSpec.key`), by its case's code and the
+    recording code, none of the grid's recipes or faults."""
     if form not in FORMS:
         raise ValueError(f"form {form!r}; expected one of {FORMS}")
     return RunSpec(
-        SUITE, case_fingerprint(case), Condition(((f"{case.name}.{form}", None),)), case.seed
+        SUITE,
+        case_fingerprint(case),
+        Condition(((f"{case.name}.{form}", None),)),
+        case.seed,
+        code=_code_hash(RECORDING),
     )
 
 
@@ -74,31 +99,6 @@ def case_and_form(spec: RunSpec) -> tuple[Case, str]:
     """The case and form a suite run spec stands for."""
     name, _, form = spec.condition.faults[0][0].rpartition(".")
     return get_case(name), form
-
-
-class CaseStore(Store):
-    """The record store, keying the suite's runs by their own code (the grid's, as usual).
-
-    Args:
-        root: The store's directory; the default store's when omitted.
-    """
-
-    def key(self, spec: RunSpec) -> str:
-        """A suite run's key: its spec, its case's module and the recording code."""
-        if spec.task != SUITE:
-            return super().key(spec)
-        known = self._keys.get(spec)
-        if known is None:
-            payload = {
-                "task": spec.task,
-                "case": spec.task_fingerprint,
-                "condition": [list(pair) for pair in spec.condition.faults],
-                "seed": spec.seed,
-                "recording": _source_hash(RECORDING),
-            }
-            digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
-            known = self._keys[spec] = digest.hexdigest()[:20]
-        return known
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,7 +111,7 @@ class CaseRecord:
     trained: bool  # trained by this call (False: read from the store)
 
 
-def train(case: Case, form: str, store: CaseStore) -> RunRecord:
+def train(case: Case, form: str, store: Store) -> RunRecord:
     """Run ``case``'s script in ``form`` on one thread; a failure is a failed record."""
     spec = spec_of(case, form)
     threads = torch.get_num_threads()
@@ -133,11 +133,11 @@ def train(case: Case, form: str, store: CaseStore) -> RunRecord:
         trace=trace,
         config=config,
         error=error,
-        code_version=_source_hash(RECORDING),
+        code_version=spec.code,
     )
 
 
-def ensure(cases: Iterable[Case], store: CaseStore) -> Iterator[CaseRecord]:
+def ensure(cases: Iterable[Case], store: Store) -> Iterator[CaseRecord]:
     """Every form of every case: read from ``store``, else trained now and stored.
 
     A process holding a run's lock trains it; another waits and reads it.
@@ -198,6 +198,116 @@ class CaseRuns:
         return self.view(run) if self.view is not None else run
 
 
+def handed_over(run: Run) -> Run:
+    """The run a diagnoser (and the doctor) reads: the stored every-step run read as the
+    default ``Monitor(every=20)`` records it, the trace a practitioner has (as on the grid).
+
+    The ONE place where a stored case run becomes the run a diagnoser reads: the cases
+    record every step, as the grid's loop does, and in-process and worker diagnoses and
+    the doctor's headline all go through here."""
+    return dataclasses.replace(run, trace=run.trace.sampled(DEFAULT_EVERY))
+
+
+def check_not_tuned_on_suite(diagnoser: Diagnoser) -> None:
+    """Refuse a diagnoser that declares it was tuned on the suite.
+
+    Raises:
+        FaultbenchError: ``tuned_on`` names the suite.
+    """
+    if SUITE in set(diagnoser.tuned_on):
+        raise FaultbenchError(
+            f"diagnoser '{diagnoser.name}' declares tuned_on {sorted(diagnoser.tuned_on)}, "
+            f"which names '{SUITE}': the real-bug suite is a test set, and no diagnoser may be "
+            "tuned on it; expected tuned_on without it"
+        )
+
+
+@dataclass(frozen=True)
+class RealBugSuite:
+    """The real-bug suite as a :class:`~faultbench.scoring.suite.Suite`: each case's faulty
+    and fixed form, trained by the case's own script, read as the default Monitor records it.
+
+    What ``evaluate(diagnoser, RealBugSuite(cases))`` scores, through the same store,
+    answer cache, worker and progress as the grid.
+    """
+
+    cases: tuple[Case, ...]  # the cases, in order
+
+    @property
+    def name(self) -> str:
+        """``realbugs``."""
+        return SUITE
+
+    @property
+    def every(self) -> int:
+        """The Monitor's default: what :func:`handed_over` reads."""
+        return DEFAULT_EVERY
+
+    def check(self, diagnoser: Diagnoser) -> None:
+        """Refuse a diagnoser tuned on the suite (a test set)."""
+        check_not_tuned_on_suite(diagnoser)
+
+    def tuned(self, diagnoser: Diagnoser) -> bool:
+        """Never: no diagnoser may be tuned on the suite."""
+        return False
+
+    def plan(self, *, store: Store, engine: Engine | None, progress: bool | None) -> Plan:
+        """Every case's faulty then fixed form."""
+        runs = tuple(
+            (
+                GridPoint(spec.condition, case.name, form, SUITE),
+                spec,
+            )
+            for case in self.cases
+            for form in FORMS
+            for spec in (spec_of(case, form),)
+        )
+        return Plan(None, runs)
+
+    def records(
+        self,
+        specs: Sequence[RunSpec],
+        *,
+        store: Store,
+        engine: Engine | None,
+        progress: bool | None,
+    ) -> Iterator[tuple[RunSpec, RunRecord, bool]]:
+        """Each form's record: read, or trained now by its script and stored. A case's
+        script has no instrument: a diagnoser that declares one gets the plain run (its
+        instrument's record absent), under the spec it asked for."""
+        asked = {spec.condition: spec for spec in specs}
+        chosen = [
+            case for case in self.cases if any(spec_of(case, f).condition in asked for f in FORMS)
+        ]
+        with progress_bar(len(specs), f"training {SUITE}", unit="run", show=progress) as bar:
+            for item in ensure(chosen, store):
+                bar.update()
+                if item.record.spec.condition in asked:
+                    yield asked[item.record.spec.condition], item.record, item.trained
+
+    def runs(self) -> Callable[[RunRecord], Run]:
+        """:func:`run_of`, then :func:`handed_over` (picklable, for a worker)."""
+        return CaseRuns(handed_over)
+
+    def truth(self, point: GridPoint) -> str:
+        """The case's label on its faulty form, healthy on its fixed twin."""
+        return get_case(point.variant).label if point.level == "faulty" else HEALTHY
+
+    def notes(self) -> list[str]:
+        """Nothing to add."""
+        return []
+
+    def not_applicable(self) -> tuple[tuple[str, str], ...]:
+        """No fault is moot on a case."""
+        return ()
+
+    def healthy_reference(
+        self, scored: Sequence[tuple[RunSpec, RunRecord]], *, store: Store, engine: Engine | None
+    ) -> None:
+        """None: a case's runs are not compared with the grid's healthy runs."""
+        return None
+
+
 def _check_path(store: Store, record: RunRecord, code: str) -> Path:
     return store.spec_dir(record.spec) / record.key / "doctor" / f"{code}-{record.attempt}.json"
 
@@ -212,11 +322,7 @@ def load_check(store: Store, record: RunRecord, code: str) -> dict[str, Any] | N
 
 def save_check(store: Store, record: RunRecord, code: str, check: Any) -> None:
     """Keep a doctor check (a dataclass) beside ``record``; a read-only store keeps nothing."""
-    path = _check_path(store, record, code)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.part")
-        tmp.write_text(dumps(asdict(check)))
-        os.replace(tmp, path)
+    try:  # a read-only store keeps nothing
+        write_atomic(_check_path(store, record, code), dumps(asdict(check)))
     except OSError:
         return

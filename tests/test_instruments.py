@@ -222,10 +222,13 @@ def test_an_instrumented_diagnoser_is_scored_through_evaluate_on_runs_of_its_own
 def test_a_diagnosers_subset_of_seeds_is_all_that_is_planned_with_its_instrument(
     tmp_path: Path,
 ) -> None:
-    from faultbench.cli.commands.report import seeds_for
+    from faultbench.scoring.board import Board
+    from faultbench.scoring.contract import contract_of
 
-    assert seeds_for("cockpit-live", 5) == 1
-    ev = ahead.Evaluation("cockpit-live", "digits", "classic", seeds_for("cockpit-live", 5))
+    board = Board.default(["digits"])
+    seeds = board.seeds_for(contract_of(fb.get_diagnoser("cockpit-live")), "classic")
+    assert seeds == 1
+    ev = ahead.Evaluation("cockpit-live", "digits", "classic", seeds)
     specs = ahead._specs(ev, Store(tmp_path))  # the classic grid plans without training
     assert {s.seed for s in specs} == {0} and len(specs) == 10
     assert all(s.instruments == (reference("cockpit"),) for s in specs)

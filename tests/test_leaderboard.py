@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from faultbench.reporting.leaderboard import alarms_by_axis, per_task, rows, write
+from faultbench.reporting.leaderboard import alarms_by_axis, per_task, rows
 
 
 def _frame(*, grid: str = "full", every: int = 20) -> pd.DataFrame:
@@ -110,25 +108,12 @@ def test_per_task_has_every_diagnoser_on_every_task() -> None:
     assert grid.loc["bad", "synthetic"].startswith("0.333")
 
 
-def test_write_makes_the_leaderboards_files(tmp_path: Path) -> None:
-    paths = write(_board(), {"good": ["digits"]}, tmp_path, bases=["digits: 2 healthy runs"])
-    assert [p.name for p in paths] == [
-        "leaderboard.md", "leaderboard.csv", "leaderboard_tasks.csv", "leaderboard_variants.csv",
-        "false_alarms_by_axis.csv", "leaderboard.png",
-    ]  # fmt: skip
-    text = (tmp_path / "leaderboard.md").read_text()
-    assert "| good |" in text and "| bad |" in text and "- digits: 2 healthy runs" in text
-    header = text.splitlines()[
-        next(i for i, line in enumerate(text.splitlines()) if line.startswith("| diagnoser"))
-    ]
-    assert "seconds" not in header  # a measurement: it lives in timings.md
-    csv = pd.read_csv(tmp_path / "leaderboard.csv")
-    assert list(csv["diagnoser"]) == ["good", "bad"]
-    assert (tmp_path / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
-    again = tmp_path / "again"
-    write(_board(), {"good": ["digits"]}, again, bases=["digits: 2 healthy runs"])
-    for name in [p.name for p in paths]:
-        assert (again / name).read_bytes() == (tmp_path / name).read_bytes()
+def test_the_best_trade_offs_are_the_points_no_other_beats() -> None:
+    from faultbench.reporting.assemble import pareto
+
+    # (false alarms, identification): c is beaten by a (fewer alarms, more named)
+    points = [(0.1, 0.6), (0.4, 0.9), (0.3, 0.5), (0.0, 0.2), (0.4, 0.7)]
+    assert pareto(points) == [3, 0, 1]
 
 
 def test_per_variant_gives_recall_of_each_variant_counted_by_hand() -> None:

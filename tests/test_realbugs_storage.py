@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import pickle
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from faultbench.faults.fault import Condition
-from faultbench.realbugs import SUITE, get_case
+from faultbench.faults.fault import Condition, labels
+from faultbench.realbugs import SUITE, Case, get_case
 from faultbench.realbugs.storage import (
     CaseRuns,
-    CaseStore,
     case_and_form,
     ensure,
     load_check,
@@ -29,8 +31,8 @@ CHEAP = ("aihwkit_simple_layer_zero_grad", "forum_xor_without_activation")  # ~0
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> CaseStore:
-    return CaseStore(tmp_path / "store")
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "store")
 
 
 def test_spec_names_the_case_and_form_and_reads_back() -> None:
@@ -43,33 +45,62 @@ def test_spec_names_the_case_and_form_and_reads_back() -> None:
         spec_of(case, "broken")
 
 
-def test_keys_differ_by_form_and_case_and_are_stable(store: CaseStore, tmp_path: Path) -> None:
+def test_keys_differ_by_form_and_case_and_are_stable(store: Store, tmp_path: Path) -> None:
     a, b = get_case(CHEAP[0]), get_case(CHEAP[1])
     keys = {store.key(spec_of(c, form)) for c in (a, b) for form in ("faulty", "fixed")}
     assert len(keys) == 4
-    again = CaseStore(tmp_path / "other")
+    again = Store(tmp_path / "other")
     assert again.key(spec_of(a, "faulty")) == store.key(spec_of(a, "faulty"))
 
 
-def test_a_case_whose_code_changes_gets_a_new_key(store: CaseStore) -> None:
+def test_a_case_whose_code_changes_gets_a_new_key(store: Store) -> None:
     a, b = get_case(CHEAP[0]), get_case(CHEAP[1])
     moved = dataclasses.replace(a, script=b.script)  # the same case, other code
     assert spec_of(moved, "faulty").task_fingerprint != spec_of(a, "faulty").task_fingerprint
     assert store.key(spec_of(moved, "faulty")) != store.key(spec_of(a, "faulty"))
 
 
-def test_grid_specs_keep_the_grid_key(tmp_path: Path) -> None:
-    spec = RunSpec("digits", "abc", Condition((("lr_too_high", None),)), 0)
-    assert CaseStore(tmp_path).key(spec) == Store(tmp_path).key(spec)
+def _copy_of_case(folder: Path, name: str, source: str) -> Case:
+    """The case of ``source``, imported as module ``name`` from ``folder``."""
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    try:
+        return Case.from_module(importlib.import_module(name), labels())
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)
 
 
-def test_ensure_trains_once_then_reads_the_same_trace(store: CaseStore) -> None:
+def test_a_docstring_or_comment_edit_in_a_case_keeps_its_key(tmp_path: Path) -> None:
+    """The suite's key is the grid's key function over the case's code: its docstrings and
+    comments are no part of it (a reworded case retrains nothing), its statements are."""
+    source = inspect.getsource(importlib.import_module(get_case(CHEAP[0]).script.__module__))
+    reworded = source.replace('"""', '"""Reworded. ', 1) + "\n# a comment added\n"
+    changed = source.replace("SEED = ", "SEED = 1 + ", 1)
+    assert reworded != source and changed != source
+    keys = {
+        which: spec_of(_copy_of_case(tmp_path / which, CHEAP[0], text), "faulty").key()
+        for which, text in (("same", source), ("reworded", reworded), ("changed", changed))
+    }
+    assert keys["reworded"] == keys["same"] == spec_of(get_case(CHEAP[0]), "faulty").key()
+    assert keys["changed"] != keys["same"]
+
+
+def test_grid_and_suite_runs_share_one_key_function() -> None:
+    spec = spec_of(get_case(CHEAP[0]), "faulty")
+    assert spec.code and RunSpec.from_dict(spec.to_dict()) == spec
+    grid = RunSpec("digits", "abc", Condition((("lr_too_high", None),)), 0)
+    assert "code" not in grid.to_dict()  # a grid run's record and key are as they were
+
+
+def test_ensure_trains_once_then_reads_the_same_trace(store: Store) -> None:
     chosen = [get_case(name) for name in CHEAP]
     first = list(ensure(chosen, store))
     assert [(i.case.name, i.form, i.trained) for i in first] == [
         (name, form, True) for name in CHEAP for form in ("faulty", "fixed")
     ]
-    again = list(ensure(chosen, CaseStore(store.root)))  # a fresh process's view
+    again = list(ensure(chosen, Store(store.root)))  # a fresh process's view
     assert not any(i.trained for i in again)
     for old, new in zip(first, again, strict=True):
         assert new.record.ok and new.record.key == old.record.key
@@ -77,7 +108,7 @@ def test_ensure_trains_once_then_reads_the_same_trace(store: CaseStore) -> None:
         assert new.record.config == old.record.config
 
 
-def test_a_broken_script_is_a_failed_record_and_is_retried(store: CaseStore) -> None:
+def test_a_broken_script_is_a_failed_record_and_is_retried(store: Store) -> None:
     def boom(fixed: bool, **_: object) -> None:
         raise RuntimeError("no data")
 
@@ -88,7 +119,7 @@ def test_a_broken_script_is_a_failed_record_and_is_retried(store: CaseStore) -> 
     assert all(i.trained for i in ensure([broken], store))  # failed attempts are not used
 
 
-def test_run_of_hands_the_stored_trace_and_the_script_probe(store: CaseStore) -> None:
+def test_run_of_hands_the_stored_trace_and_the_script_probe(store: Store) -> None:
     item = next(iter(ensure([get_case(CHEAP[1])], store)))
     run = run_of(item.record)
     assert (run.task, run.seed) == (SUITE, item.case.seed)
@@ -99,7 +130,7 @@ def test_run_of_hands_the_stored_trace_and_the_script_probe(store: CaseStore) ->
     np.testing.assert_array_equal(rebuilt.trace.loss, run.trace.loss)
 
 
-def test_doctor_checks_are_kept_beside_the_record(store: CaseStore) -> None:
+def test_doctor_checks_are_kept_beside_the_record(store: Store) -> None:
     item = next(iter(ensure([get_case(CHEAP[0])], store)))
     assert load_check(store, item.record, "code1") is None
     check = Check("memorizes a small batch", "16/16", "100% of 16 in 300 steps", "ok")

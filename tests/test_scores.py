@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -119,3 +120,21 @@ def test_mcnemar_is_the_exact_binomial_test_on_discordant_runs() -> None:
     n = only_a + only_b
     tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
     assert test.p_value == pytest.approx(min(1.0, 2 * tail))
+
+
+def test_the_bootstrap_interval_matches_a_resampling_done_by_hand() -> None:
+    from faultbench.scoring.stats import bootstrap
+
+    rng = np.random.default_rng(1)
+    a, b = (rng.random(200) < 0.7).astype(float), (rng.random(120) < 0.4).astype(float)
+    low, high = bootstrap([a, b], lambda x, y, axis=-1: (x.mean(axis) + y.mean(axis)) / 2,
+                          vectorized=True)  # fmt: skip
+    draws = np.random.default_rng(2)
+    by_hand = [
+        (draws.choice(a, a.size).mean() + draws.choice(b, b.size).mean()) / 2 for _ in range(4000)
+    ]
+    assert low == pytest.approx(np.percentile(by_hand, 2.5), abs=0.01)
+    assert high == pytest.approx(np.percentile(by_hand, 97.5), abs=0.01)
+    assert bootstrap([np.ones(5), np.ones(3)], lambda x, y: 1.0) == (1.0, 1.0)
+    low, high = bootstrap([a, np.ones(1)], lambda x, y: (x.mean() + y.mean()) / 2)
+    assert low < (a.mean() + 1) / 2 < high  # a sample of one resamples as itself

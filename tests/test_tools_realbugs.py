@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
+import faultbench.scoring.evaluate as evaluate_module
 import faultbench.tools.realbugs as realbugs
 from faultbench.core.errors import FaultbenchError
 from faultbench.realbugs import get_case
-from faultbench.realbugs.storage import CaseStore, ensure, run_of
+from faultbench.realbugs.storage import ensure, run_of
 from faultbench.scoring import scores
 from faultbench.scoring.diagnosis import Diagnosis, diagnoser_names, get_diagnoser
 from faultbench.scoring.run import Run
+from faultbench.storage.store import Store
 from faultbench.tools import doctor
 from faultbench.tools.realbugs import (
     FAILED,
@@ -44,11 +46,11 @@ class TunedOnSuite(SaysZeroGrad):
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> CaseStore:
-    return CaseStore(tmp_path / "store")
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "store")
 
 
-def test_a_diagnoser_tuned_on_the_suite_is_refused_in_one_line(store: CaseStore) -> None:
+def test_a_diagnoser_tuned_on_the_suite_is_refused_in_one_line(store: Store) -> None:
     expected = (
         "diagnoser 'tuned-on-suite' declares tuned_on ['digits', 'realbugs'], which names "
         "'realbugs': the real-bug suite is a test set, and no diagnoser may be tuned on it; "
@@ -67,7 +69,7 @@ def test_no_shipped_diagnoser_is_tuned_on_the_suite(name: str) -> None:
     check_not_tuned_on_suite(get_diagnoser(name))
 
 
-def test_each_answer_is_scored_against_its_form(store: CaseStore) -> None:
+def test_each_answer_is_scored_against_its_form(store: Store) -> None:
     report = evaluate_realbugs(
         SaysZeroGrad(), case_names=CHEAP, store=store, isolate=False, progress=False
     )
@@ -92,7 +94,7 @@ def test_each_answer_is_scored_against_its_form(store: CaseStore) -> None:
     assert set(frame["task"]) == {"realbugs"}
 
 
-def test_a_diagnoser_that_does_not_ship_answers_from_a_worker(store: CaseStore) -> None:
+def test_a_diagnoser_that_does_not_ship_answers_from_a_worker(store: Store) -> None:
     here = evaluate_realbugs(
         SaysZeroGrad(), case_names=CHEAP, store=store, isolate=False, progress=False
     )
@@ -106,7 +108,7 @@ def test_a_diagnoser_that_does_not_ship_answers_from_a_worker(store: CaseStore) 
 
 
 def test_a_raising_diagnoser_fails_each_run_and_the_doctor_has_no_headline(
-    store: CaseStore,
+    store: Store,
 ) -> None:
     report = evaluate_realbugs(
         "bad_diagnosers:Raising", case_names=[XOR], store=store, isolate=False, progress=False
@@ -117,7 +119,7 @@ def test_a_raising_diagnoser_fails_each_run_and_the_doctor_has_no_headline(
 
 
 def test_a_warm_evaluation_trains_and_diagnoses_nothing(
-    store: CaseStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cold = evaluate_realbugs("always-healthy", case_names=CHEAP, store=store, progress=False)
     assert cold.trained == 4
@@ -125,7 +127,7 @@ def test_a_warm_evaluation_trains_and_diagnoses_nothing(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a warm evaluation diagnosed or probed again")
 
-    monkeypatch.setattr(realbugs, "diagnose_safely", refuse)
+    monkeypatch.setattr(evaluate_module, "diagnose_safely", refuse)  # the one evaluate's
     monkeypatch.setattr(realbugs.doctor, "memorize_check", refuse)
     warm = evaluate_realbugs("always-healthy", case_names=CHEAP, store=store, progress=False)
     assert warm.trained == 0
@@ -141,7 +143,9 @@ def test_the_suite_diagnosed_ahead_on_workers_gives_the_answers_of_one_process(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the workers left an answer for this process to diagnose")
 
-    monkeypatch.setattr(realbugs, "diagnose_safely", refuse)  # every answer from a worker
+    monkeypatch.setattr(
+        evaluate_module, "diagnose_safely", refuse
+    )  # the one evaluate's  # every answer from a worker
     ahead = evaluate_suite(
         names, case_names=CHEAP, store=tmp_path / "ahead", engine=pool, progress=False
     )
@@ -153,7 +157,7 @@ def test_the_suite_diagnosed_ahead_on_workers_gives_the_answers_of_one_process(
         ]
 
 
-def test_the_headline_is_the_doctors_on_the_same_run(store: CaseStore) -> None:
+def test_the_headline_is_the_doctors_on_the_same_run(store: Store) -> None:
     """Each headline is what ``faultbench.tools.doctor.doctor`` says on the stored run."""
     report = evaluate_realbugs("always-healthy", case_names=CHEAP, store=store, progress=False)
     records = {(i.case.name, i.form): i.record for i in ensure([get_case(n) for n in CHEAP], store)}
@@ -164,7 +168,7 @@ def test_the_headline_is_the_doctors_on_the_same_run(store: CaseStore) -> None:
     assert right["n"] == 4 and right["hits"] == sum(r.headline_correct for r in report.results)
 
 
-def test_report_prints_and_serializes(store: CaseStore) -> None:
+def test_report_prints_and_serializes(store: Store) -> None:
     report = evaluate_realbugs(
         SaysZeroGrad(), case_names=CHEAP, store=store, isolate=False, progress=False
     )
@@ -175,6 +179,6 @@ def test_report_prints_and_serializes(store: CaseStore) -> None:
     assert data["cases"] == 2 and len(data["runs"]) == 4 and data["task"] == "realbugs"
 
 
-def test_an_unknown_case_is_refused_with_the_nearest_name(store: CaseStore) -> None:
+def test_an_unknown_case_is_refused_with_the_nearest_name(store: Store) -> None:
     with pytest.raises(FaultbenchError, match=XOR):
         evaluate_realbugs("always-healthy", case_names=[XOR + "s"], store=store, progress=False)

@@ -23,7 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from faultbench.scoring.board import Evaluation
 from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
+from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import get_diagnoser, instruments_of, ships_with_faultbench
 from faultbench.scoring.plan import plan
 from faultbench.storage.records import RunSpec
@@ -31,19 +33,6 @@ from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.training.engine import Engine
-from faultbench.training.monitor import DEFAULT_EVERY
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """One evaluation of a report: what :func:`faultbench.scoring.evaluate.evaluate` is asked."""
-
-    diagnoser: str  # a registered name
-    task: str
-    grid: str  # "classic" or "full"
-    seeds: int
-    every: int = DEFAULT_EVERY  # the sampling the traces are read at
-    healthy_seeds: int | None = None  # the full grid's healthy runs (None: the default)
 
 
 @dataclass(frozen=True)
@@ -67,6 +56,7 @@ def _specs(ev: Evaluation, store: Store, engine: Engine | None = None) -> list[R
         ev.grid,
         seeds=ev.seeds,
         healthy_seeds=ev.healthy_seeds,
+        faults=ev.faults,
         store=store,
         engine=engine,
         progress=False,
@@ -106,8 +96,8 @@ def diagnose_ahead(
         and not DiagnosisCache(store, ev.diagnoser, code, ev.every).answers_all(_specs(ev, store))
     ]  # a rerun with every answer stored starts no worker at all
     for name in dict.fromkeys(ev.diagnoser for ev in stored):
-        prepare = getattr(get_diagnoser(name), "prepare", None)
-        if callable(prepare):  # a learned model's own runs, trained here on every worker
+        prepare = contract_of(get_diagnoser(name)).prepare
+        if prepare is not None:  # a learned model's own runs, trained here on every worker
             prepare(store=store, engine=engine)  # rather than inside one of them
     most = max((ev.seeds for ev in stored), default=0)
     # Diagnosers scored on a subset of seeds are the ones with a costly probe: one job each,
@@ -136,6 +126,7 @@ def _diagnose(job: _Job) -> int:
                 seeds=ev.seeds,
                 grid=ev.grid,
                 healthy_seeds=ev.healthy_seeds,
+                faults=ev.faults,
                 every=ev.every,
                 store=_store(job.root),
                 timeout=job.timeout,
@@ -156,3 +147,6 @@ def _store(root: Path) -> Store:
     if root not in _STORES:
         _STORES[root] = Store(root)
     return _STORES[root]
+
+
+__all__ = ["Evaluation", "diagnose_ahead", "train_all"]

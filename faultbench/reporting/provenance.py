@@ -16,6 +16,7 @@ import platform
 import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from fnmatch import fnmatch
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,14 @@ WALL_CLOCK = {
     "timings.csv": "seconds per diagnosis and per training run, measured",
     "timings.md": "the same seconds, and the data-wait share per condition",
     "waits.csv": "share of step time each run spent waiting for data, measured as it trained",
+    "diagnosers/*.json": "each diagnoser's result header: when it was scored and the seconds "
+    "it took (written again only when its answers change)",
 }
+
+
+def _volatile(name: str) -> bool:
+    """Whether the file ``name`` is one of :data:`WALL_CLOCK`'s (which holds patterns)."""
+    return any(fnmatch(name, pattern) for pattern in WALL_CLOCK)
 
 
 def wait_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
@@ -328,7 +336,7 @@ def readme(
     ]
     lines += [f"- `{name}`: {why}" for name, why in WALL_CLOCK.items()]
     lines += ["", "## Files", ""]
-    lines += [f"- `{name}`" + (" (wall-clock)" if name in WALL_CLOCK else "") for name in files]
+    lines += [f"- `{name}`" + (" (wall-clock)" if _volatile(name) else "") for name in files]
     lines += [
         "",
         "## Provenance",

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 
 from faultbench.faults.fault import HEALTHY, canonical_conditions, condition_names
 from faultbench.faults.fault import moot as faults_moot
+from faultbench.scoring import stats
 from faultbench.scoring.evaluate import Report, RunResult
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
@@ -138,11 +138,9 @@ def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
 
 
 def wilson(correct: int, total: int) -> tuple[float, float]:
-    """The 95% Wilson score interval of ``correct / total``."""
-    if total == 0:
-        return math.nan, math.nan
-    ci = binomtest(correct, total).proportion_ci(confidence_level=0.95, method="wilson")
-    return float(ci.low), float(ci.high)
+    """The 95% Wilson score interval of ``correct / total`` (:func:`stats.wilson`)."""
+    share = stats.wilson(correct, total)
+    return share.low, share.high
 
 
 def _recall(results: Sequence[RunResult], cond: str) -> float:
@@ -205,7 +203,7 @@ def mcnemar_table(reports: Sequence[Report]) -> pd.DataFrame:
             only_b = sum(right_b[k] and not right_a[k] for k in runs)
             both = sum(right_a[k] and right_b[k] for k in runs)
             discordant = only_a + only_b
-            p = binomtest(only_a, discordant, 0.5).pvalue if discordant else 1.0
+            p = stats.mcnemar_p(only_a, only_b)
             rows.append(
                 {
                     "task": task,

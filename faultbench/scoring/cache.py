@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -46,6 +44,7 @@ import numpy as np
 
 from faultbench.core.codetext import code_text
 from faultbench.scoring.harness import Outcome
+from faultbench.storage.files import write_atomic
 from faultbench.storage.records import RunRecord, RunSpec, dumps, loads
 from faultbench.storage.store import Store
 
@@ -164,18 +163,10 @@ class DiagnosisCache:
         """Store ``outcome`` if it does not depend on the clock and the store can be written."""
         if outcome.status not in STORED_STATUSES or not record.attempt:
             return
-        target = self.path(record)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".part")
-        except OSError:  # a read-only store: answers are simply not kept
-            return
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(dumps(_plain(asdict(outcome))))
-            os.replace(tmp, target)  # two processes storing the same answer: either one wins
+        try:  # a read-only store: answers are simply not kept
+            write_atomic(self.path(record), dumps(_plain(asdict(outcome))))
         except OSError:
-            Path(tmp).unlink(missing_ok=True)
+            return
 
 
 #: Answers read in this process, by file (path, size, change time): a report asks for

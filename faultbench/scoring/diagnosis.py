@@ -1,63 +1,42 @@
-"""Diagnosers and their answers; the registry the CLI resolves names against."""
+"""The diagnoser registry the CLI resolves names against (what a diagnoser is, may declare
+and answers: :mod:`faultbench.scoring.contract`, re-exported here)."""
 
 from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Mapping
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+import os
+import sys
+from collections.abc import Callable
+from types import ModuleType
 
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
-from faultbench.scoring.run import Run
-from faultbench.training.instruments import InstrumentRef, references
+from faultbench.scoring.contract import (
+    UNDECIDED,
+    UNKNOWN,
+    Diagnoser,
+    Diagnosis,
+    instruments_of,
+    is_diagnoser,
+)
 
-UNKNOWN = "unknown"  # a diagnoser's way to say "I cannot tell"
-# A diagnoser's way to say "not yet": the run so far cannot be judged (a run cut early, a
-# single evaluation). Scored apart from right and wrong: never correct, never an alarm, and
-# its share is reported.
-UNDECIDED = "undecided"
+__all__ = [
+    "DIAGNOSERS",
+    "UNDECIDED",
+    "UNKNOWN",
+    "Diagnoser",
+    "Diagnosis",
+    "diagnoser_names",
+    "finite_or_none",
+    "get_diagnoser",
+    "instruments_of",
+    "is_diagnoser",
+    "load",
+    "ships_with_faultbench",
+]
+
 ENTRY_POINT_GROUP = "faultbench.diagnosers"
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """A diagnoser's answer about one run."""
-
-    label: str  # a condition name (a fault or "healthy"), or "unknown" to abstain
-    confidence: float | None = None  # in [0, 1] where the diagnoser can say
-    evidence: Mapping[str, Any] = field(default_factory=dict)  # the numbers that decided it
-    also: tuple[str, ...] = ()  # further faults, for a run with several at once
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        """Every label named: ``label`` first, then ``also``."""
-        return (self.label, *self.also)
-
-    def __post_init__(self) -> None:
-        if self.confidence is not None and not 0.0 <= self.confidence <= 1.0:
-            raise ValueError(f"confidence must be in [0, 1]; got {self.confidence}")
-
-
-@runtime_checkable
-class Diagnoser(Protocol):
-    """Anything with a ``name``, a ``tuned_on`` set and ``diagnose(run)``."""
-
-    @property
-    def name(self) -> str:
-        """The diagnoser's name in reports."""
-        ...
-
-    @property
-    def tuned_on(self) -> AbstractSet[str]:
-        """Names of the tasks whose results shaped it (tuned-on vs held-out)."""
-        ...
-
-    def diagnose(self, run: Run) -> Diagnosis:
-        """Name what is wrong with ``run``."""
-        ...
 
 
 #: Shipped, registered and plug-in diagnosers: name -> zero-argument factory.
@@ -69,41 +48,9 @@ DIAGNOSERS: Registry[Callable[[], Diagnoser]] = Registry(
 )
 
 
-def is_diagnoser(obj: object) -> bool:
-    """Whether ``obj`` has what a diagnoser needs."""
-    return (
-        isinstance(getattr(obj, "name", None), str)
-        and isinstance(getattr(obj, "tuned_on", None), (set, frozenset))
-        and callable(getattr(obj, "diagnose", None))
-    )
-
-
 def ships_with_faultbench(diagnoser: Diagnoser) -> bool:
     """Whether ``diagnoser``'s class is one of the diagnosers faultbench ships."""
     return type(diagnoser).__module__.split(".")[:2] == ["faultbench", "diagnosers"]
-
-
-def instruments_of(diagnoser: object) -> tuple[InstrumentRef, ...]:
-    """The instruments ``diagnoser`` asks to have attached to the loop of every run it is
-    scored on: its ``instrument`` attribute, a registered instrument's name (or a tuple of
-    names); none without one (see :mod:`faultbench.training.instruments`).
-
-    Raises:
-        FaultbenchError: an unknown instrument name, or an attribute of another type.
-    """
-    asked = getattr(diagnoser, "instrument", None)
-    if asked is None:
-        return ()
-    if not (
-        isinstance(asked, str)
-        or (isinstance(asked, tuple) and all(isinstance(a, str) for a in asked))
-    ):
-        name = getattr(diagnoser, "name", type(diagnoser).__name__)
-        raise FaultbenchError(
-            f"diagnoser '{name}' declares instrument={asked!r}; expected a registered "
-            "instrument's name or a tuple of names (faultbench.training.instruments.INSTRUMENTS)"
-        )
-    return references(asked)
 
 
 def get_diagnoser(diagnoser: str | Diagnoser) -> Diagnoser:
@@ -123,6 +70,18 @@ def get_diagnoser(diagnoser: str | Diagnoser) -> Diagnoser:
     return _checked(DIAGNOSERS.get(diagnoser)(), diagnoser)
 
 
+def load(diagnoser: str) -> object:
+    """The object a registered name or ``module:Class`` stands for, built but not checked
+    against the contract (``faultbench check`` reports each of its problems).
+
+    Raises:
+        FaultbenchError: an unknown name, or a module that does not import.
+    """
+    if ":" in diagnoser:
+        return _import(diagnoser)
+    return DIAGNOSERS.get(diagnoser)()
+
+
 def diagnoser_names() -> list[str]:
     """Registered names, including installed plug-ins' entry points."""
     return DIAGNOSERS.names()
@@ -140,7 +99,7 @@ def _checked(obj: object, where: str) -> Diagnoser:
 def _import(spec: str) -> object:
     module_name, _, attr = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_module(module_name)
     except Exception as exc:  # any import-time failure is the user's input
         raise FaultbenchError(
             f"Cannot import '{module_name}' from '{spec}': {type(exc).__name__}: {exc}"
@@ -157,6 +116,19 @@ def _import(spec: str) -> object:
                 f"Cannot build '{spec}' with no arguments: {type(exc).__name__}: {exc}"
             ) from None
     return obj
+
+
+def _import_module(name: str) -> ModuleType:
+    """``name`` imported; a module that is not installed is looked for in the working
+    folder too, as ``python -m`` would (a diagnoser being written, not yet installed)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != name.partition(".")[0] or here in sys.path:
+            raise
+        sys.path.append(here)  # a worker process gets this sys.path too
+        return importlib.import_module(name)
 
 
 def _plugin_factory(obj: object, where: str) -> Callable[[], Diagnoser]:

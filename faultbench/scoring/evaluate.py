@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -13,7 +13,6 @@ from sklearn.metrics import confusion_matrix
 
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.limits import DEFAULT_TIMEOUT
-from faultbench.faults.family import measured
 from faultbench.faults.fault import (
     HEALTHY,
     OTHER_FAULT,
@@ -21,12 +20,11 @@ from faultbench.faults.fault import (
     answer_for,
     condition_names,
     label_of,
-    moot,
 )
 from faultbench.faults.grid import check_selection
-from faultbench.faults.levels import calibrated
 from faultbench.scoring import scores, summary
 from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, diagnosis_code
+from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import (
     UNKNOWN,
     Diagnoser,
@@ -36,9 +34,10 @@ from faultbench.scoring.diagnosis import (
 )
 from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.scoring.manifest import Manifestation, manifestation
-from faultbench.scoring.plan import plan
+from faultbench.scoring.run import Run
+from faultbench.scoring.suite import Suite, TaskSuite
 from faultbench.scoring.summary import coverage
-from faultbench.scoring.worker import DiagnosisWorker, TaskRuns, wants_worker
+from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import progress_bar
 from faultbench.storage.store import Store
@@ -50,7 +49,6 @@ from faultbench.training.monitor import DEFAULT_EVERY, SAMPLINGS
 SAMPLINGS_READ = (1, *SAMPLINGS)
 
 __all__ = [
-    "MIN_HEALTHY_REFERENCE",
     "Report",
     "RunResult",
     "coverage",
@@ -58,7 +56,6 @@ __all__ = [
     "run_for",
 ]
 
-MIN_HEALTHY_REFERENCE = 3  # healthy seeds trained for a grid that has none of its own
 CLOCK_FREE = STORED_STATUSES  # outcomes that do not depend on the machine's speed
 
 
@@ -84,6 +81,9 @@ class RunResult:
     variant: str = ""  # the fault's mechanism, ``fault.variant`` ('' for healthy)
     level: str = ""  # mild, moderate, severe, canonical or fixed ('' for healthy)
     design: dict[str, Any] = field(default_factory=dict)  # the drawn base's axes ({}: reference)
+    key: str = ""  # the run's store key (RunSpec.key): which run was answered
+    label: str = ""  # the right answer as the suite says it ('': from the condition)
+    spec: RunSpec | None = None  # the run answered (its condition, seed, design, instruments)
 
     @property
     def drawn(self) -> bool:
@@ -92,8 +92,9 @@ class RunResult:
 
     @property
     def truth(self) -> str:
-        """The right answer: the condition's fault label, ``other_fault`` for a held-out one."""
-        return answer_for(self.condition)
+        """The right answer: the condition's fault label, ``other_fault`` for a held-out one
+        (or what the suite says: a real bug's label, healthy on its fixed twin)."""
+        return self.label or answer_for(self.condition)
 
     @property
     def correct(self) -> bool:
@@ -125,7 +126,7 @@ class Report:
 
         rows = []
         for r in self.results:
-            label = label_of(r.condition)
+            label = r.label or label_of(r.condition)
             kind = HEALTHY if label == HEALTHY else HELDOUT if r.truth == OTHER_FAULT else KNOWN
             rows.append(
                 {
@@ -370,7 +371,7 @@ class Report:
 
 def evaluate(
     diagnoser: str | Diagnoser,
-    task: str | Task,
+    task: str | Task | Suite,
     *,
     seeds: int = 5,
     conditions: Sequence[Condition] | None = None,
@@ -386,7 +387,7 @@ def evaluate(
     isolate: bool | None = None,
     progress: bool | None = None,
 ) -> Report:
-    """Score ``diagnoser`` on every condition of ``task`` over ``seeds`` seeds.
+    """Score ``diagnoser`` on every run of a suite: a task's grid, or any :class:`Suite`.
 
     Stored runs are reused; missing ones are trained on ``engine`` (in this
     process when omitted, which then runs the pinned CPU kernels from here on:
@@ -400,7 +401,10 @@ def evaluate(
 
     Args:
         diagnoser: A registered name, ``module:Class``, or a diagnoser object.
-        task: A registered task name or a :class:`Task`.
+        task: A registered task name or a :class:`Task` (its grid, chosen by the
+            arguments below), or a :class:`~faultbench.scoring.suite.Suite` (the
+            real-bug suite: ``faultbench.realbugs.storage.RealBugSuite``), which
+            says its runs itself: the grid arguments are then ignored.
         seeds: Runs per fault point: seeds 0 to ``seeds - 1`` on the reference
             recipe, or the first ``seeds`` drawn bases the fault applies to on
             the full grid (:mod:`faultbench.scoring.plan`).
@@ -431,13 +435,12 @@ def evaluate(
     Raises:
         FaultbenchError: unknown names, ``seeds`` or ``healthy_seeds`` below 1, an
             ``every`` the stored traces cannot be read at, a timeout that is not a
-            positive number, a store that cannot be one, a diagnoser that does not
-            load in a worker process, or a run to train in this process after torch
+            positive number, a store that cannot be one, a diagnoser that breaks its
+            contract or does not load in a worker process, one the suite refuses (tuned
+            on the real-bug suite), or a run to train in this process after torch
             ran here with other CPU kernels (:class:`faultbench.core.kernels.Unpinned`:
             pass a local engine).
     """
-    from faultbench.storage.runner import ensure_records
-
     for name, value in (("seeds", seeds), ("healthy_seeds", healthy_seeds), ("every", every)):
         if value is None and name == "healthy_seeds":
             continue
@@ -447,45 +450,48 @@ def evaluate(
         raise unknown_name("every", str(every), [str(k) for k in SAMPLINGS_READ])
     timeout = check_timeout(timeout)
     diag = get_diagnoser(diagnoser)
+    contract = contract_of(diag)
     refs = instruments_of(diag)  # an unknown instrument fails here, before any training
-    the_task = get_task(task)
+    if not isinstance(task, (str, Task)):
+        suite: Suite = task
+    else:
+        check_selection(grid, faults, variants, levels)
+        suite = TaskSuite(
+            get_task(task),
+            grid,
+            seeds,
+            tuple(conditions) if conditions else None,
+            tuple(faults) if faults is not None else None,
+            tuple(variants) if variants is not None else None,
+            tuple(levels) if levels is not None else None,
+            healthy_seeds,
+            every,
+        )
+    suite.check(diag)
     the_store = store if isinstance(store, Store) else Store(store)
     the_store.check()
-    check_selection(grid, faults, variants, levels)
     in_worker, note = wants_worker(diag, isolate)
     # A worker refuses a diagnoser it cannot be sent (pickled) here, before any training;
     # answers are stored for shipped diagnosers only, which never need a worker.
-    with _diagnoser_for(diag, the_task, timeout, every, in_worker) as diagnose:
-        the_plan = plan(
-            the_task,
-            grid,
-            seeds=seeds,
-            healthy_seeds=healthy_seeds,
-            conditions=conditions,
-            faults=faults,
-            variants=variants,
-            levels=levels,
-            store=the_store,
-            engine=engine,
-            progress=progress,
-        ).with_instruments(refs)
+    with diagnoser_for(diag, suite.runs(), timeout, in_worker) as diagnose:
+        the_plan = suite.plan(store=the_store, engine=engine, progress=progress)
+        the_plan = the_plan.with_instruments(refs)
         specs = the_plan.specs
         where = dict((spec, point) for point, spec in the_plan.runs)
-        stored = _stored_answers(diagnoser, diag, the_store, every)
+        stored = stored_answers(diagnoser, diag, the_store, suite.every)
         answered = stored is not None and stored.answers_all(specs)
         if stored is not None:
             diagnose = _Stored(diagnose, stored)
-        prepare = getattr(diag, "prepare", None)
-        if callable(prepare) and not answered:  # e.g. fit a learned model: not part of any
-            prepare(store=the_store, engine=engine)  # one diagnosis's time
+        if contract.prepare is not None and not answered:  # e.g. fit a learned model: not
+            contract.prepare(store=the_store, engine=engine)  # part of any one diagnosis's time
         diagnose.start()  # a worker process loads the prepared diagnoser before any training
         scored, trained = [], 0
-        for spec, record, fresh in ensure_records(  # the store's own records: see _InProcess
-            specs, the_task, store=the_store, engine=engine, progress=progress, copy=False
+        for spec, record, fresh in suite.records(
+            specs, store=the_store, engine=engine, progress=progress
         ):
             trained += fresh
             scored.append((spec, record))
-        desc = f"diagnosing {the_task.name} ({diag.name})"
+        desc = f"diagnosing {suite.name} ({diag.name})"
         with progress_bar(len(scored), desc, unit="run", show=progress) as bar:
             results = []
             for spec, record in scored:
@@ -493,24 +499,34 @@ def evaluate(
                 one = _score_one(diagnose, spec, record)
                 design = spec.design.axes() if spec.design is not None else {}
                 results.append(
-                    replace(one, variant=point.variant, level=point.level, design=design)
+                    replace(
+                        one,
+                        variant=point.variant,
+                        level=point.level,
+                        design=design,
+                        label=suite.truth(point),  # '' on a grid: the condition's
+                        spec=spec,
+                    )
                 )
                 bar.update()
-    healthy, more = _healthy_reference(specs, scored, seeds, the_task, the_store, engine)
-    results = _with_manifestation(results, [record for _, record in scored], healthy)
+    more = 0
+    reference = suite.healthy_reference(scored, store=the_store, engine=engine)
+    if reference is not None:
+        healthy, more = reference
+        results = _with_manifestation(results, [record for _, record in scored], healthy)
     order = {name: i for i, name in enumerate(condition_names())}
     results.sort(key=lambda r: (order.get(r.condition, len(order)), r.condition, r.seed))
     return Report(
         diagnoser=diag.name,
-        task=the_task.name,
-        tuned=the_task.name in diag.tuned_on,
+        task=suite.name,
+        tuned=suite.tuned(diag),
         tuned_on=tuple(sorted(diag.tuned_on)),
         results=tuple(results),
         trained=trained + more,
-        notes=tuple([*the_store.notes, *([note] if note else []), *_canonical_notes(the_task)]),
-        not_applicable=tuple(sorted(moot(the_task).items())),
+        notes=tuple([*the_store.notes, *([note] if note else []), *suite.notes()]),
+        not_applicable=suite.not_applicable(),
         grid=the_plan.grid,
-        every=every,
+        every=suite.every,
         redraws=the_plan.redraws,
         passed_over=tuple(
             (variant, seed, why)
@@ -519,22 +535,6 @@ def evaluate(
         ),
         instruments=tuple(ref.name for ref in refs),
     )
-
-
-def _canonical_notes(task: Task) -> list[str]:
-    """One line for a task whose family rates or severity levels no calibration measured."""
-    missing = [
-        what
-        for what, done in (("working rates", measured(task)), ("severity levels", calibrated(task)))
-        if not done
-    ]
-    if not missing:
-        return []
-    return [
-        f"task '{task.name}': its family's {' and '.join(missing)} are canonical, not measured "
-        f"on it; to measure them, register it as a plug-in task (entry point group "
-        f"faultbench.tasks) and run: faultbench calibrate --task {task.name}"
-    ]
 
 
 class Diagnose(Protocol):
@@ -549,14 +549,15 @@ class Diagnose(Protocol):
 
 
 @contextlib.contextmanager
-def _diagnoser_for(
-    diag: Diagnoser, task: Task, timeout: float, every: int, in_worker: bool
+def diagnoser_for(
+    diag: Diagnoser, runs: Callable[[RunRecord], Run], timeout: float, in_worker: bool
 ) -> Iterator[Diagnose]:
+    """Where ``diag`` diagnoses the records ``runs`` turns into runs: a worker process that
+    is killed at ``timeout`` (``in_worker``), or this process."""
     if not in_worker:
-        yield _InProcess(diag, task, timeout, every)
+        yield _InProcess(diag, runs, timeout)
         return
-    runs = TaskRuns(task, every)
-    with DiagnosisWorker(diag, task, timeout=timeout, runs=runs) as worker:  # refuses an
+    with DiagnosisWorker(diag, None, timeout=timeout, runs=runs) as worker:  # refuses an
         yield worker  # unpicklable one
 
 
@@ -565,9 +566,8 @@ class _InProcess:
     """Diagnoses in this process (the shipped diagnosers, or ``isolate=False``)."""
 
     diag: Diagnoser  # the diagnoser
-    task: Task  # the task the records belong to
+    runs: Callable[[RunRecord], Run]  # builds the run a diagnoser is handed
     timeout: float  # seconds per diagnosis
-    every: int  # the sampling the traces are read at
 
     def start(self) -> None:
         """Nothing to start."""
@@ -575,13 +575,13 @@ class _InProcess:
     def diagnose(self, record: RunRecord) -> Outcome:
         """Rebuild the run and diagnose it safely, here."""
         try:  # a copy: the record is the store's, shared by every diagnoser after this one
-            run = run_for(deepcopy(record), self.task, self.every)
+            run = self.runs(deepcopy(record))
         except Exception as exc:  # a broken setup must not stop the other runs
             return Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
         return diagnose_safely(self.diag, run, timeout=self.timeout)
 
 
-def _stored_answers(
+def stored_answers(
     asked: str | Diagnoser, diag: Diagnoser, store: Store, every: int
 ) -> DiagnosisCache | None:
     """Where ``diag``'s answers are stored, if they can be (see :mod:`faultbench.scoring.cache`):
@@ -611,35 +611,6 @@ class _Stored:
         return outcome
 
 
-def _healthy_reference(
-    specs: Sequence[RunSpec],
-    scored: Sequence[tuple[RunSpec, RunRecord]],
-    seeds: int,
-    task: Task,
-    store: Store,
-    engine: Engine | None,
-) -> tuple[list[RunRecord], int]:
-    """The healthy runs each faulty run is compared with, and how many were trained for it.
-
-    The grid's own (on the full grid, every drawn base's), or, for a grid
-    without any (a sweep, pairs), reference-recipe healthy seeds trained for the purpose.
-    """
-    from faultbench.storage.runner import ensure_records
-
-    own = [record for spec, record in scored if spec.condition.name == HEALTHY]
-    if own:
-        return own, 0
-    extra = [
-        RunSpec(task.name, task.fingerprint, Condition(), s)
-        for s in range(max(seeds, MIN_HEALTHY_REFERENCE))
-    ]
-    found, trained = [], 0
-    for _, record, fresh in ensure_records(extra, task, store=store, engine=engine, copy=False):
-        trained += fresh
-        found.append(record)
-    return found, trained
-
-
 def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResult:
     truth = spec.condition
     severity = truth.faults[0][1] if truth.faults else None
@@ -649,6 +620,7 @@ def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResul
         predicted=UNKNOWN,
         status="run-failed",
         severity=severity,
+        key=record.key,
         train_seconds=record.seconds,
         message=record.error,
     )
@@ -660,6 +632,7 @@ def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResul
     steps = outcome.probe_steps if outcome.status in CLOCK_FREE else 0
     return replace(
         result,
+        key=record.key,
         predicted=outcome.label,
         also=outcome.also,
         status=outcome.status,

@@ -32,7 +32,7 @@ HEALTHY_SEEDS = 50  # the full grid's healthy runs per task: 0 false alarms boun
 class Plan:
     """The runs of one evaluation, with the bases they were drawn on."""
 
-    task: Task  # the task
+    task: Task | None  # the task (None: a suite of no one task, the real bugs)
     runs: tuple[tuple[GridPoint, RunSpec], ...]  # every run, healthy first
     bases: dict[int, Base] = field(default_factory=dict)  # drawn bases by seed (full grid)
     passed_over: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)

@@ -2,9 +2,8 @@
 
 Everything here reads one table of scored runs (:data:`COLUMNS`, one row per
 diagnosis), so the leaderboard, ``--json`` and the paper compute each number
-the same way. Every share comes with its 95% Wilson interval (scipy), because
-a perfect 50/50 only bounds accuracy above 0.929 and two diagnosers are told
-apart by intervals, not by point values.
+the same way. Every share comes with its 95% Wilson interval, and the statistics
+themselves (Wilson, McNemar, bootstrap) are :mod:`faultbench.scoring.stats`'.
 
 - *identification*: runs with a known fault (one of the nine); right when the
   answer names it. Accuracy, and macro-recall (the mean of per-fault recalls,
@@ -26,17 +25,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from faultbench.scoring.stats import CONFIDENCE, Share, mcnemar_p, wilson
 
 if TYPE_CHECKING:
     import pandas as pd
 
 HEALTHY, KNOWN, HELDOUT = "healthy", "known", "heldout"  # the kinds of truth a run has
 OTHER_FAULT = "other_fault"  # "something is broken, and it is none of the nine"
-CONFIDENCE = 0.95
 
 #: The table every score reads: one row per diagnosis.
 COLUMNS = {
@@ -57,49 +56,6 @@ COLUMNS = {
     "diagnose_seconds": "wall time of the diagnosis (a measurement, not a score)",
 }
 RUN_KEY = ("task", "truth", "variant", "level", "grid", "seed", "every")  # one run's diagnosis
-
-
-@dataclass(frozen=True)
-class Share:
-    """A proportion with its 95% Wilson interval."""
-
-    hits: int  # runs that count
-    n: int  # runs considered
-    low: float  # lower bound of the interval (nan when n is 0)
-    high: float  # upper bound of the interval (nan when n is 0)
-
-    @property
-    def value(self) -> float:
-        """``hits / n`` (nan when n is 0)."""
-        return self.hits / self.n if self.n else float("nan")
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready mapping (None where there were no runs)."""
-        if not self.n:
-            return {"hits": 0, "n": 0, "value": None, "low": None, "high": None}
-        return {
-            "hits": self.hits,
-            "n": self.n,
-            "value": self.value,
-            "low": self.low,
-            "high": self.high,
-        }
-
-    def __str__(self) -> str:
-        if not self.n:
-            return "n/a"
-        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] ({self.hits}/{self.n})"
-
-
-@cache  # a report asks for the same few counts thousands of times; binomtest is slow
-def wilson(hits: int, n: int) -> Share:
-    """``hits`` out of ``n`` with its 95% Wilson score interval."""
-    if n == 0:
-        return Share(0, 0, float("nan"), float("nan"))
-    from scipy.stats import binomtest
-
-    interval = binomtest(int(hits), int(n)).proportion_ci(CONFIDENCE, method="wilson")
-    return Share(int(hits), int(n), float(interval.low), float(interval.high))
 
 
 def _share(mask: Any) -> Share:
@@ -214,8 +170,6 @@ class McNemar:
 
 def mcnemar(frame: pd.DataFrame, first: str, second: str) -> McNemar:
     """Compare ``first`` and ``second`` on the runs both were scored on."""
-    from scipy.stats import binomtest
-
     right = frame.assign(right=_right(frame))
     key = list(RUN_KEY)
     a = right[right["diagnoser"] == first].set_index(key)["right"]
@@ -223,9 +177,7 @@ def mcnemar(frame: pd.DataFrame, first: str, second: str) -> McNemar:
     both = a.to_frame("a").join(b.to_frame("b"), how="inner")
     only_a = int((both["a"] & ~both["b"]).sum())
     only_b = int((~both["a"] & both["b"]).sum())
-    discordant = only_a + only_b
-    p = binomtest(only_a, discordant, 0.5).pvalue if discordant else 1.0
-    return McNemar(first, second, len(both), only_a, only_b, float(p))
+    return McNemar(first, second, len(both), only_a, only_b, mcnemar_p(only_a, only_b))
 
 
 def mcnemar_table(frame: pd.DataFrame, diagnosers: Iterable[str]) -> list[McNemar]:
@@ -243,3 +195,27 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, float) and not np.isfinite(value):
         return None
     return value
+
+
+__all__ = [
+    "COLUMNS",
+    "CONFIDENCE",
+    "HEALTHY",
+    "HELDOUT",
+    "KNOWN",
+    "OTHER_FAULT",
+    "RUN_KEY",
+    "McNemar",
+    "Share",
+    "alarm_precision",
+    "cost",
+    "detection",
+    "false_alarms",
+    "identification",
+    "known_detection",
+    "mcnemar",
+    "mcnemar_table",
+    "summary",
+    "to_jsonable",
+    "wilson",
+]

@@ -42,6 +42,9 @@ class RunSpec:
     seed: int  # the run's seed
     design: Design | None = None  # the base recipe the faults wrap; None: the task's reference
     instruments: tuple[InstrumentRef, ...] = ()  # attached to the loop as it trained; sorted
+    # The hash of the code that trains it when that is not faultbench's recipe and loop (a
+    # real-bug case's script and its recording, as code_text); "" for a grid run.
+    code: str = ""
 
     @property
     def folder(self) -> str:
@@ -63,16 +66,23 @@ class RunSpec:
         return "+".join(parts) or "healthy"
 
     def key(self) -> str:
-        """The cache key: spec plus the version of every piece of code it runs."""
+        """The cache key: spec plus the version of every piece of code it runs.
+
+        The one key of every suite's runs: a grid run's code is :func:`code_version` and
+        its faults' code; a run trained by code of its own (a real-bug case) brings that
+        code's hash (:attr:`code`). Both hash code as :func:`code_text` reads it, so a
+        docstring or comment edit keeps every key.
+        """
         payload = {
             "task": self.task,
             "task_fingerprint": self.task_fingerprint,
             "condition": [list(pair) for pair in self.condition.faults],
             "seed": self.seed,
             "design": self.design.to_dict() if self.design else None,
-            "code": code_version(),
-            "faults": _faults_hash(self.condition),  # every involved fault's variants' code
+            "code": self.code or code_version(),
         }
+        if not self.code:  # every involved fault's variants' code
+            payload["faults"] = _faults_hash(self.condition)
         if self.instruments:  # absent from a plain run's payload: its key is unchanged
             payload["instruments"] = [[ref.name, ref.code] for ref in self.instruments]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
@@ -88,6 +98,8 @@ class RunSpec:
         }
         if self.instruments:
             out["instruments"] = [[ref.name, ref.code] for ref in self.instruments]
+        if self.code:
+            out["code"] = self.code
         return out
 
     @classmethod
@@ -103,6 +115,7 @@ class RunSpec:
             int(data["seed"]),
             design,
             refs,
+            str(data.get("code", "")),
         )
 
 

@@ -4,10 +4,9 @@ Layout (browsable, and stale code versions sit next to current ones)::
 
     <root>/<task>/<condition>/seed-<n>/<key>/<attempt>.json
 
-Files are written to a temporary ``.part`` name and hard-linked into place,
-so a crash leaves either a whole record or none (a stray ``.part`` file is
-never read); an attempt file is never overwritten, and a failed attempt keeps
-its file next to the later one that succeeded.
+Files are written whole or not at all (:func:`faultbench.storage.files.write_atomic`;
+a stray ``.part`` file is never read); an attempt file is never overwritten, and a
+failed attempt keeps its file next to the later one that succeeded.
 
 Several processes may share one store: whoever trains a run holds its key's
 lock file (``<key>/.lock``, an ``fcntl.flock``) while training and writing it,
@@ -30,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from faultbench.core.errors import FaultbenchError
+from faultbench.storage.files import write_atomic
 from faultbench.storage.records import BrokenRecord, RunRecord, RunSpec, dumps, loads
 
 ENV_VAR = "FAULTBENCH_STORE"
@@ -191,20 +191,8 @@ class Store:
         A record not yet :func:`stamped` is stamped first.
         """
         record = stamped(record)
-        folder = self.spec_dir(record.spec) / record.key
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{record.attempt}.json"
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(dumps(record.to_dict()))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.link(tmp, target)  # fails rather than overwrite an existing attempt
-        finally:
-            os.unlink(tmp)
-        _fsync_dir(folder)  # the new name itself survives a power cut
-        return target
+        target = self.spec_dir(record.spec) / record.key / f"{record.attempt}.json"
+        return write_atomic(target, dumps(record.to_dict()), exclusive=True)
 
     def records(self) -> list[RunRecord]:
         """Every readable record in the store (all attempts, all versions)."""
@@ -264,19 +252,6 @@ def new_attempt_id() -> str:
     """A unique, time-ordered attempt id."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     return f"{stamp}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some platforms cannot open a directory; the data is synced anyway
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _safe(name: str) -> str:

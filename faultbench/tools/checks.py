@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from faultbench.faults.fault import base_setup, condition, labels
+from faultbench.scoring.contract import name_of, problems
 from faultbench.scoring.diagnosis import (
     UNKNOWN,
     Diagnoser,
     get_diagnoser,
     instruments_of,
-    is_diagnoser,
 )
 from faultbench.scoring.harness import Outcome, diagnose_safely
 from faultbench.scoring.run import Probe, Run
@@ -128,14 +128,12 @@ def _ask(diagnoser: Diagnoser, run: Run) -> Outcome:
 
 
 def check_interface(diagnoser: Diagnoser) -> None:
-    """It has a str ``name``, a set of task names ``tuned_on`` and a callable ``diagnose``."""
-    if not is_diagnoser(diagnoser):
-        raise CheckFailed(
-            f"{type(diagnoser).__name__} lacks a str 'name', a set 'tuned_on' or 'diagnose(run)'"
-        )
-    odd = sorted(repr(t) for t in diagnoser.tuned_on if not isinstance(t, str))
-    if odd:
-        raise CheckFailed(f"tuned_on must hold task names (str); got {', '.join(odd)}")
+    """It keeps the contract (:mod:`faultbench.scoring.contract`): a str ``name``, a set of
+    task names ``tuned_on``, a callable ``diagnose``, and every optional attribute it
+    declares of the right kind; the message has one line per failure."""
+    found = problems(diagnoser)
+    if found:
+        raise CheckFailed("\n".join(found))
 
 
 def check_returns_diagnosis(diagnoser: Diagnoser) -> None:
@@ -220,7 +218,7 @@ def parametrize_checks(*diagnosers: Diagnoser) -> Any:
     import pytest  # a test-time helper: pytest is only needed when it is used
 
     cases = [(d, c) for d in diagnosers for c in CHECKS]
-    ids = [f"{getattr(d, 'name', type(d).__name__)}-{c.__name__}" for d, c in cases]
+    ids = [f"{name_of(d)}-{c.__name__}" for d, c in cases]
     return pytest.mark.parametrize(("diagnoser", "check"), cases, ids=ids)
 
 

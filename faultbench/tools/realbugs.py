@@ -1,11 +1,10 @@
 """Scores a diagnoser on the real-bug suite, through the grid's own machinery.
 
-Each case's two forms are stored runs (:mod:`faultbench.realbugs.storage`);
-each is handed to the diagnoser as a :class:`~faultbench.scoring.run.Run` with
-its trace, configuration and probe, by :func:`~faultbench.scoring.harness.diagnose_safely`
-in this process or by a :class:`~faultbench.scoring.worker.DiagnosisWorker` for a
-diagnoser that does not ship with faultbench, and a shipped diagnoser's answers
-are stored beside the runs (:mod:`faultbench.scoring.cache`). The scores are
+The suite is a :class:`~faultbench.realbugs.storage.RealBugSuite` (each case's two
+forms, stored runs) scored by the grid's own
+:func:`~faultbench.scoring.evaluate.evaluate`: the same store, answer cache
+(:mod:`faultbench.scoring.cache`), ``prepare``, worker process for a diagnoser that
+does not ship with faultbench, and progress. The scores are
 :mod:`faultbench.scoring.scores`' on the same table of scored runs as the grid's:
 identification on the cases whose bug is one of the known faults, detection and
 ``other_fault`` on the others, false alarms on the fixed twins, each with its
@@ -19,21 +18,28 @@ report, its scores and its summary are :mod:`faultbench.tools.realbugs_report`'s
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import inspect
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import labels
-from faultbench.realbugs import FORMS, SUITE, Case, all_cases, get_case
-from faultbench.realbugs.storage import CaseRuns, CaseStore, ensure, load_check, run_of, save_check
-from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
+from faultbench.realbugs import FORMS, Case, all_cases, get_case
+from faultbench.realbugs.storage import (
+    RealBugSuite,
+    check_not_tuned_on_suite,
+    ensure,
+    handed_over,
+    load_check,
+    run_of,
+    save_check,
+    spec_of,
+)
+from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import (
     UNKNOWN,
     Diagnoser,
@@ -41,11 +47,10 @@ from faultbench.scoring.diagnosis import (
     get_diagnoser,
     ships_with_faultbench,
 )
-from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely
+from faultbench.scoring.evaluate import RunResult, evaluate
+from faultbench.scoring.harness import Outcome
 from faultbench.scoring.run import Run
-from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunRecord
-from faultbench.storage.runner import progress_bar
 from faultbench.storage.store import Store
 from faultbench.tools import doctor
 from faultbench.tools.realbugs_report import (
@@ -58,37 +63,9 @@ from faultbench.tools.realbugs_report import (
     doctor_scores,
     render,
 )
-from faultbench.training.monitor import DEFAULT_EVERY
 
 if TYPE_CHECKING:
     from faultbench.training.engine import Engine
-
-
-# ---------------------------------------------------------------------------------------
-# SAMPLING: the ONE place where a stored case run becomes the run a diagnoser reads.
-# The cases record every step (Monitor(every=1)), as the grid's loop does, and each
-# diagnoser is handed the trace as the default Monitor (every=20) would have recorded
-# it, as on the grid's headline: in-process and worker diagnoses, and the doctor's
-# headline, all go through this function.
-# ---------------------------------------------------------------------------------------
-def handed_over(run: Run) -> Run:
-    """The run a diagnoser (and the doctor) reads: the stored every-step run read as the
-    default ``Monitor(every=20)`` records it, the trace a practitioner has (as on the grid)."""
-    return dataclasses.replace(run, trace=run.trace.sampled(DEFAULT_EVERY))
-
-
-def check_not_tuned_on_suite(diagnoser: Diagnoser) -> None:
-    """Refuse a diagnoser that declares it was tuned on the suite.
-
-    Raises:
-        FaultbenchError: ``tuned_on`` names the suite.
-    """
-    if SUITE in set(diagnoser.tuned_on):
-        raise FaultbenchError(
-            f"diagnoser '{diagnoser.name}' declares tuned_on {sorted(diagnoser.tuned_on)}, "
-            f"which names '{SUITE}': the real-bug suite is a test set, and no diagnoser may be "
-            "tuned on it; expected tuned_on without it"
-        )
 
 
 def select(names: Sequence[str] | None) -> tuple[Case, ...]:
@@ -134,49 +111,23 @@ def evaluate_realbugs(
         FaultbenchError: an unknown diagnoser or case, a diagnoser tuned on the
             suite, a bad timeout, or a store that cannot be one.
     """
-    timeout = check_timeout(timeout)
-    diag = get_diagnoser(diagnoser)
-    check_not_tuned_on_suite(diag)
-    chosen = select(case_names)
-    the_store = as_case_store(store)
-    the_store.check()
-    with progress_bar(2 * len(chosen), "training realbugs", unit="run", show=progress) as bar:
-        stored = []
-        for item in ensure(chosen, the_store):
-            stored.append(item)
-            bar.update()
-    trained = sum(item.trained for item in stored)
-    cache = _stored_answers(diagnoser, diag, the_store)
-    answered = cache is not None and all(
-        cache.load(i.record) is not None for i in stored if i.record.ok
+    the_store = store if isinstance(store, Store) else Store(store)
+    report = evaluate(
+        diagnoser,
+        RealBugSuite(select(case_names)),
+        store=the_store,
+        engine=engine,
+        timeout=timeout,
+        isolate=isolate,
+        progress=progress,
     )
-    in_worker, note = wants_worker(diag, isolate)
-    prepare = getattr(diag, "prepare", None)
-    if callable(prepare) and not answered:
-        prepare(store=the_store, engine=engine)
-    results = []
-    with _diagnose_with(diag, timeout, in_worker and not answered) as diagnose:
-        desc = f"diagnosing {SUITE} ({diag.name})"
-        with progress_bar(len(stored), desc, unit="run", show=progress) as bar:
-            for item in stored:
-                results.append(
-                    _result(item.case, item.form, item.record, diagnose, cache, the_store)
-                )
-                bar.update()
     return RealBugsReport(
-        diag.name,
-        tuple(sorted(diag.tuned_on)),
-        tuple(results),
-        trained=trained,
-        notes=tuple([*the_store.notes, *([note] if note else [])]),
+        report.diagnoser,
+        report.tuned_on,
+        tuple(_case_result(result, the_store) for result in report.results),
+        trained=report.trained,
+        notes=report.notes,
     )
-
-
-def as_case_store(store: Store | str | None) -> CaseStore:
-    """``store`` as a :class:`CaseStore` on the same folder (the same object if it is one)."""
-    if isinstance(store, CaseStore):
-        return store
-    return CaseStore(store.root if isinstance(store, Store) else store)
 
 
 def evaluate_suite(
@@ -196,7 +147,7 @@ def evaluate_suite(
     workers diagnose (and store) the shipped diagnosers' answers first, one diagnoser
     per worker at a time, and the reports read them back: the same answers, on every core.
     """
-    the_store = as_case_store(store)
+    the_store = store if isinstance(store, Store) else Store(store)
     if engine is not None and len(diagnosers) > 1:
         _diagnose_ahead(diagnosers, case_names, the_store, engine, timeout=timeout, isolate=isolate)
     return [
@@ -227,7 +178,7 @@ class _SuiteJob:
 def _diagnose_ahead(
     diagnosers: Sequence[str],
     case_names: Sequence[str] | None,
-    store: CaseStore,
+    store: Store,
     engine: Engine,
     *,
     timeout: float,
@@ -246,7 +197,7 @@ def _diagnose_ahead(
     store.check()
     for _ in ensure(select(case_names), store):
         pass
-    names.sort(key=lambda name: getattr(get_diagnoser(name), "subset_seeds", None) is None)
+    names.sort(key=lambda name: contract_of(get_diagnoser(name)).subset_seeds is None)
     chosen = tuple(case_names) if case_names is not None else None
     jobs = [_SuiteJob(name, chosen, store.root, timeout, isolate) for name in names]
     for _ in engine.map_unordered(_diagnose_suite, jobs):
@@ -265,69 +216,25 @@ def _diagnose_suite(job: _SuiteJob) -> int:
     return len(report.results)
 
 
-def _stored_answers(
-    asked: str | Diagnoser, diag: Diagnoser, store: CaseStore
-) -> DiagnosisCache | None:
-    if not (isinstance(asked, str) and ":" not in asked and ships_with_faultbench(diag)):
-        return None
-    return DiagnosisCache(store, diag.name, diagnosis_code(), DEFAULT_EVERY)
-
-
-class _Diagnose:
-    """Turns a record into an outcome: in a worker process, or here."""
-
-    def __init__(self, diag: Diagnoser, timeout: float, worker: DiagnosisWorker | None) -> None:
-        self.diag, self.timeout, self.worker = diag, timeout, worker
-
-    def __call__(self, record: RunRecord) -> Outcome:
-        if self.worker is not None:
-            return self.worker.diagnose(record)
-        try:
-            run = handed_over(run_of(record))
-        except Exception as exc:  # a broken rebuild must not stop the other cases
-            return Outcome("error", UNKNOWN, message=f"building the run failed: {exc!r}")
-        return diagnose_safely(self.diag, run, timeout=self.timeout)
-
-
-@contextlib.contextmanager
-def _diagnose_with(diag: Diagnoser, timeout: float, in_worker: bool) -> Iterator[_Diagnose]:
-    if not in_worker:
-        yield _Diagnose(diag, timeout, None)
-        return
-    with DiagnosisWorker(diag, None, timeout=timeout, runs=CaseRuns(handed_over)) as worker:
-        worker.start()
-        yield _Diagnose(diag, timeout, worker)
-
-
-def _result(
-    case: Case,
-    form: str,
-    record: RunRecord,
-    diagnose: _Diagnose,
-    cache: DiagnosisCache | None,
-    store: CaseStore,
-) -> CaseResult:
-    base = CaseResult(case.name, case.label, form, case.model, UNKNOWN, "run-failed", record.error)
-    if not record.ok:
+def _case_result(result: RunResult, store: Store) -> CaseResult:
+    """One answer of the suite's report, with the doctor's headline on the same run."""
+    case, form = get_case(result.variant), result.level
+    base = CaseResult(
+        case.name, case.label, form, case.model, result.predicted, result.status, result.message
+    )
+    if result.status == "run-failed":
         return base
-    outcome = cache.load(record) if cache is not None else None
-    if outcome is None:
-        outcome = diagnose(record)
-        if cache is not None:
-            cache.save(record, outcome)
-    headline = _headline(outcome, record, store) if outcome.status == "ok" else ""
-    return CaseResult(
-        case.name,
-        case.label,
-        form,
-        case.model,
-        outcome.label,
-        outcome.status,
-        outcome.message,
-        outcome.probe_steps if outcome.status in ("ok", "error") else 0,
-        outcome.seconds,
-        headline,
-        dict(outcome.evidence),
+    record = store.load(spec_of(case, form), note=False, copy=False)
+    headline = ""
+    if result.status == "ok" and record is not None:
+        outcome = Outcome("ok", result.predicted, evidence=dict(result.evidence))
+        headline = _headline(outcome, record, store)
+    return dataclasses.replace(
+        base,
+        probe_steps=result.probe_steps,
+        seconds=result.diagnose_seconds,
+        headline=headline,
+        evidence=dict(result.evidence),
     )
 
 
@@ -341,7 +248,7 @@ def _doctor_code() -> str:
     return digest.hexdigest()[:12]
 
 
-def _headline(outcome: Outcome, record: RunRecord, store: CaseStore) -> str:
+def _headline(outcome: Outcome, record: RunRecord, store: Store) -> str:
     """The doctor's headline on this run, given the diagnoser's answer and evidence."""
     run = handed_over(run_of(record, probe=False))  # the probe is rebuilt only if needed
     label = outcome.label if outcome.label in labels() else UNKNOWN
@@ -356,7 +263,7 @@ def _headline(outcome: Outcome, record: RunRecord, store: CaseStore) -> str:
     return doctor.verdict_of(diagnosis, checks, run)[0]
 
 
-def _memorization(run: Run, outcome: Outcome, record: RunRecord, store: CaseStore) -> doctor.Check:
+def _memorization(run: Run, outcome: Outcome, record: RunRecord, store: Store) -> doctor.Check:
     """The doctor's memorization check: the diagnoser's own if it reports one, else the
     doctor's probe (trained once per run and stored beside it).
 
@@ -392,7 +299,6 @@ __all__ = [
     "UNDECIDED",
     "CaseResult",
     "RealBugsReport",
-    "as_case_store",
     "check_not_tuned_on_suite",
     "doctor_scores",
     "evaluate_realbugs",

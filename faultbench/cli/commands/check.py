@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 NAME = "check"
-HELP = "run the conformance checks on a diagnoser (exit 1 if one fails)"
+HELP = (
+    "check a diagnoser's declared contract, then run the conformance checks (exit 1 if one fails)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,14 +19,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run every check, print one line per check, return 1 if any failed."""
-    from faultbench.scoring.diagnosis import get_diagnoser
+    from faultbench.scoring.diagnosis import load
     from faultbench.tools.checks import run_checks
 
-    diagnoser = get_diagnoser(args.diagnoser)  # bad names exit 2 before any training
-    results = run_checks(diagnoser)
+    diagnoser = load(args.diagnoser)  # bad names exit 2 before any training
+    results = run_checks(diagnoser)  # type: ignore[arg-type]  # its contract is the first check
     for result in results:
         status = "PASS" if result.passed else "FAIL"
-        print(f"{status} {result.name}" + (f": {result.message}" if result.message else ""))
+        for line in result.message.splitlines() or [""]:  # one line per failure
+            print(f"{status} {result.name}" + (f": {line}" if line else ""))
     failed = [r.name for r in results if not r.passed]
     if failed:
         print(

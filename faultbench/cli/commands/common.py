@@ -11,6 +11,7 @@ from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.training.engine import ENGINES
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load torch
+    from faultbench.scoring.board import Board
     from faultbench.storage.store import Store
     from faultbench.training.engine import Engine
 
@@ -190,3 +191,86 @@ def grid_from(args: argparse.Namespace) -> dict[str, Any]:
         "healthy_seeds": args.healthy_seeds,
         "every": every,
     }
+
+
+def add_board_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--task``, ``--seeds``, ``--fault-seeds``, ``--healthy-seeds``, ``--faults``,
+    ``--cases``, ``--results``: the board (``make report``'s by default)."""
+    from faultbench.scoring.board import CLASSIC_SEEDS, FAULT_SEEDS, HEALTHY_SEEDS
+
+    parser.add_argument(
+        "--results", default="results", help="the results directory (default: results)"
+    )
+    parser.add_argument(
+        "--task",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a task of the board; repeat for more (default: every registered task)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=CLASSIC_SEEDS,
+        help=f"seeds per condition of the classic grid (default: {CLASSIC_SEEDS})",
+    )
+    parser.add_argument(
+        "--fault-seeds",
+        type=positive_int,
+        default=FAULT_SEEDS,
+        help=f"runs per fault cell of the full grid (default: {FAULT_SEEDS})",
+    )
+    parser.add_argument(
+        "--healthy-seeds",
+        type=positive_int,
+        default=HEALTHY_SEEDS,
+        help=f"healthy drawn runs per task of the full grid (default: {HEALTHY_SEEDS})",
+    )
+    parser.add_argument(
+        "--faults",
+        type=_names,
+        default=None,
+        help="comma-separated faults to keep (and healthy) on both grids (default: all)",
+    )
+    parser.add_argument(
+        "--grids",
+        type=_names,
+        default=["classic", "full"],
+        help="comma-separated grids of the board: classic and full (default: classic,full)",
+    )
+    parser.add_argument(
+        "--cases",
+        type=_cases,
+        default=None,
+        help="comma-separated real-bug cases, or 'none' (default: every case)",
+    )
+
+
+def _cases(text: str) -> list[str]:
+    return [] if text.strip() == "none" else _names(text)
+
+
+def board_from(args: argparse.Namespace) -> Board:
+    """The board the arguments ask for, every name checked (one line, exit 2)."""
+    from faultbench.faults.grid import check_selection
+    from faultbench.realbugs import get_case
+    from faultbench.scoring.board import Board
+    from faultbench.tasks.task import get_task, task_names
+
+    tasks = tuple(dict.fromkeys(args.task or task_names()))
+    for name in tasks:
+        get_task(name)
+    for grid in args.grids:
+        check_selection(grid)
+    check_selection("full", args.faults)
+    for name in args.cases or ():
+        get_case(name)
+    return Board(
+        tasks,
+        tasks if "full" in args.grids else (),
+        classic_seeds=args.seeds,
+        fault_seeds=args.fault_seeds,
+        healthy_seeds=args.healthy_seeds,
+        cases=None if args.cases is None else tuple(args.cases),
+        faults=None if args.faults is None else tuple(args.faults),
+    )

@@ -141,6 +141,8 @@ def _family(task: Task) -> None:
 
 
 def _diagnosers() -> None:
+    from faultbench.core.errors import FaultbenchError
+    from faultbench.scoring.contract import contract_of
     from faultbench.scoring.diagnosis import DIAGNOSERS, get_diagnoser
 
     print("diagnosers:")
@@ -151,10 +153,15 @@ def _diagnosers() -> None:
             print(f"  {name:<22} cannot be built: {type(exc).__name__}: {exc}")
             continue
         tuned = ", ".join(sorted(diagnoser.tuned_on)) or "nothing"
-        probes = getattr(diagnoser, "probes", None)
+        try:
+            declared = contract_of(diagnoser)
+        except FaultbenchError as exc:  # a plug-in that breaks its contract: its line only
+            print(f"  {name:<22} breaks the diagnoser contract: {exc}")
+            continue
+        probes = declared.probes
         probing = "not declared" if probes is None else ("yes" if probes else "no")
         print(f"  {name:<22} {_first_line(type(diagnoser)) or 'no description'}")
-        asked = getattr(diagnoser, "instrument", None)
+        asked = ", ".join(declared.instrument)
         watches = f"; instrument in the loop: {asked}" if asked else ""
         print(f"  {'':<22} tuned on: {tuned}; probes: {probing}{watches}")
 

@@ -45,11 +45,11 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Score the diagnoser on the suite and print the report."""
-    from faultbench.realbugs.storage import CaseStore
+    from faultbench.storage.store import Store
     from faultbench.tools.realbugs import evaluate_realbugs
 
     check_arguments(args)
-    store = CaseStore(args.store)
+    store = Store(args.store)
     store.check()
     report = evaluate_realbugs(
         args.diagnoser,

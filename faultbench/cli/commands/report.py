@@ -18,13 +18,7 @@ from faultbench.cli.commands.common import (
 )
 from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
-
-HEALTHY_SEEDS = 50  # faultbench.scoring.plan.HEALTHY_SEEDS, kept here so `--help` stays light
-# The full grid's runs per fault cell, each on its own drawn base. Two keep a cold `make
-# report` within its 45 minutes on 2 cores: with three it took 50 (training alone 35), and
-# five, as the classic grid has, had trained only half the tasks at 20.
-FAULT_SEEDS = 2
-SUBSET_HEALTHY = 10  # healthy drawn runs per task for a diagnoser scored on a subset of seeds
+from faultbench.scoring.board import FAULT_SEEDS, HEALTHY_SEEDS  # light: --help reads them
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load torch or pandas
     import pandas as pd
@@ -38,7 +32,7 @@ HELP = "regenerate results/ (tables, figures, provenance) from stored runs"
 
 #: Files whose bytes change between two reports of the same runs (dates, seconds):
 #: ``faultbench.reporting.provenance.WALL_CLOCK``, kept here so ``--help`` stays light.
-VOLATILE = ("README.md", "timings.csv", "timings.md", "waits.csv")
+VOLATILE = ("README.md", "timings.csv", "timings.md", "waits.csv", "diagnosers/*.json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -215,66 +209,71 @@ def generate(
     """
     import pandas as pd
 
-    from faultbench.reporting import ahead, calibration, figures, leaderboard, provenance, report
-    from faultbench.reporting.realbugs import columns as realbug_columns
+    from faultbench.reporting import (
+        ahead,
+        assemble,
+        calibration,
+        figures,
+        provenance,
+        report,
+        resultfile,
+    )
     from faultbench.reporting.realbugs import write as write_realbugs
+    from faultbench.reporting.submission import evidence_from, score
     from faultbench.reporting.validity import grid_rates
     from faultbench.reporting.validity_files import write as write_validity
-    from faultbench.scoring.diagnosis import get_diagnoser, instruments_of
-    from faultbench.scoring.evaluate import evaluate
+    from faultbench.scoring.board import REALBUGS, Board
+    from faultbench.scoring.contract import contract_of
+    from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.tools.realbugs import evaluate_suite
     from faultbench.training.monitor import DEFAULT_EVERY
 
-    def per_cell(grid: str) -> int:
-        return seeds if grid == "classic" else fault_seeds
-
-    def score(name: str, task: str, grid: str, every: int = DEFAULT_EVERY) -> Report:
-        return evaluate(
-            name,
-            task,
-            seeds=seeds_for(name, per_cell(grid)),
-            grid=grid,
-            healthy_seeds=healthy_for(name, healthy_seeds),
-            every=every,
-            store=store,
-            engine=engine,
-            timeout=timeout,
-            isolate=isolate,
-        )
-
     full_tasks = (full_tasks or tasks) if "full" in scored_grids else ()
-    # Read at every step only where the sampling can change an answer: a diagnoser that
-    # never reads the trace (``reads_trace = False``) answers the same at any sampling.
-    sampled = [name for name in diagnosers if getattr(get_diagnoser(name), "reads_trace", True)]
+    board = Board(
+        tuple(tasks),
+        tuple(full_tasks),
+        classic_seeds=seeds,
+        fault_seeds=fault_seeds,
+        healthy_seeds=healthy_seeds,
+        cases=None if full_tasks else (),  # the suite is scored beside the full grid
+    )
+    contracts = {name: contract_of(get_diagnoser(name)) for name in diagnosers}
     evaluations = [
-        ahead.Evaluation(
-            name,
-            task,
-            grid,
-            seeds_for(name, per_cell(grid)),
-            every,
-            healthy_for(name, healthy_seeds) if grid == "full" else None,
-        )
-        for grid, every, grid_tasks in (
-            ("classic", DEFAULT_EVERY, tasks),
-            ("full", DEFAULT_EVERY, full_tasks),
-            ("full", 1, full_tasks),
-        )
-        for task in grid_tasks
-        for name in (diagnosers if every == DEFAULT_EVERY else sampled)
+        ev
+        for name in diagnosers
+        for ev in board.evaluations(name, contracts[name])
+        if ev.grid != REALBUGS  # the suite is diagnosed ahead by evaluate_suite
     ]
     trained = 0
     if engine is not None:  # train everything at once, then diagnose on every worker
         trained = ahead.train_all(evaluations, store, engine)
         ahead.diagnose_ahead(evaluations, store, engine, timeout=timeout, isolate=isolate)
-    reports: list[Report] = []
-    grids: dict[str, report.Grid] = {}
-    for task in tasks:
-        reports += [score(name, task, "classic") for name in diagnosers]
-        grids[task] = report.load_grid(task, seeds, store)
-    full = [score(name, task, "full") for task in full_tasks for name in diagnosers]
-    every_step = [score(name, task, "full", 1) for task in full_tasks for name in sampled]
-    trained += sum(r.trained for r in [*reports, *full, *every_step])
+    # The real-bug suite: its cases trained and every diagnoser's answers stored on the
+    # engine's workers (one diagnoser per worker), with the doctor's headlines that
+    # realbugs.md and validity.md read; the result files below read the same answers.
+    suite = evaluate_suite(
+        diagnosers if full_tasks else [],
+        store=store,
+        timeout=timeout,
+        isolate=isolate,
+        engine=engine,
+    )
+    # Each diagnoser's result file, from the answers stored ahead (a file whose answers are
+    # unchanged is left as it was); every table below reads the same reports.
+    folder = out / resultfile.FOLDER
+    scored: list[Report] = []
+    written: list[Path] = []
+    for name in diagnosers:
+        result, reports = score(
+            name, board, store=store, engine=engine, timeout=timeout, isolate=isolate
+        )
+        written += resultfile.write(result, folder)
+        scored += reports
+    reports = [r for r in scored if r.grid == "classic"]
+    full = [r for r in scored if r.grid == "full" and r.every == DEFAULT_EVERY]
+    every_step = [r for r in scored if r.grid == "full" and r.every == 1]
+    grids: dict[str, report.Grid] = {task: report.load_grid(task, seeds, store) for task in tasks}
+    trained += sum(r.trained for r in scored) + sum(r.trained for r in suite)
     faults = report.fault_table(grids)
     scores, mcnemar = report.score_table(reports), report.mcnemar_table(reports)
     timings, waits = provenance.timing_table(reports), provenance.wait_table(grids)
@@ -286,6 +285,7 @@ def generate(
         "scores.md": report.scores_markdown(scores, mcnemar),
         "calibration.md": calibration.calibration_markdown(cover, calib),
         "timings.md": _timings_markdown(report.markdown_table, timings, waits, overhead),
+        "bases.md": _bases_markdown(full),
     }
     frames = {
         "faults.csv": faults,
@@ -298,7 +298,7 @@ def generate(
         "coverage.csv": cover,
         "calibration.csv": calib,
     }
-    written = [_write_csv(frame, out / name) for name, frame in frames.items()]
+    written += [_write_csv(frame, out / name) for name, frame in frames.items()]
     written += [_write_text(text, out / name) for name, text in texts.items()]
     written += [
         figures.confusion_figure(r, out / "confusion" / f"{r.diagnoser}-{r.task}.png")
@@ -307,32 +307,19 @@ def generate(
     written += [figures.curves_figure(t, grids[t], out / "curves" / f"{t}.png") for t in tasks]
     for old in {*out.glob("confusion/*.png"), *out.glob("curves/*.png")} - set(written):
         old.unlink()  # a diagnoser or task dropped since the last report leaves no stale figure
-    board = pd.concat([r.scored_frame() for r in [*reports, *full, *every_step]], ignore_index=True)
-    # The real-bug suite is scored beside the full grid (its columns and validity.md need it).
-    suite = evaluate_suite(
-        diagnosers if full else [], store=store, timeout=timeout, isolate=isolate, engine=engine
-    )
+    frame = pd.concat([r.scored_frame() for r in [*reports, *full, *every_step]], ignore_index=True)
     answers = pd.concat([r.answers_frame() for r in suite], ignore_index=True) if suite else None
-    trained += sum(r.trained for r in suite)
-    written += leaderboard.write(
-        board,
-        {name: sorted(get_diagnoser(name).tuned_on) for name in diagnosers},
-        out,
-        subsets={
-            name: _subset_text(seeds_for(name, seeds), healthy_for(name, healthy_seeds))
-            for name in diagnosers
-            if seeds_for(name, seeds) < seeds or healthy_for(name, healthy_seeds) != healthy_seeds
-        },
-        designs=pd.concat([r.design_frame() for r in full], ignore_index=True) if full else None,
-        bases=[*_bases_lines(full), *_left_out_lines(diagnosers)],
-        extra=realbug_columns(answers) if answers is not None else None,
-        instruments={
-            name: [r.name for r in instruments_of(get_diagnoser(name))] for name in diagnosers
-        },
+    # The leaderboard from the result files alone (a diagnoser scored by its own target,
+    # TrainCheck, stands beside these), as `faultbench leaderboard` assembles it.
+    assembled = assemble.load(out, board)
+    project = out.resolve().parent / "README.md"  # the project's headline, where it has markers
+    board_files = assemble.write(
+        assembled, board, out, evidence=evidence_from(store), readme=project
     )
+    written += [p for p in board_files if p != project]  # no file of results/
     if answers is not None:
         written += write_realbugs(answers, out)
-        written += write_validity(grid_rates(board), answers, out)
+        written += write_validity(grid_rates(frame), answers, out)
     files = sorted(str(p.relative_to(out)) for p in written)
     readme = provenance.readme(
         command,
@@ -343,6 +330,21 @@ def generate(
     )
     written.append(_write_text(readme, out / "README.md"))
     return sorted(p.relative_to(out) for p in written)
+
+
+def _bases_markdown(full: Sequence[Report]) -> str:
+    """``bases.md``: per task, the drawn bases of the full grid (see :func:`_bases_lines`)."""
+    return "\n".join(
+        [
+            "# The full grid's drawn bases",
+            "",
+            "Every run of the full grid trains on its own base recipe drawn from the task's "
+            "family of healthy designs, kept only if it trains healthy.",
+            "",
+            *[f"- {line}" for line in _bases_lines(full)],
+            "",
+        ]
+    )
 
 
 def _bases_lines(full: Sequence[Report]) -> list[str]:
@@ -377,55 +379,12 @@ def _bases_lines(full: Sequence[Report]) -> list[str]:
 
 def in_report(names: Sequence[str]) -> list[str]:
     """The diagnosers a report scores by default: all but those that declare
-    ``left_out_of_report`` (a reason: a tool too slow for the report's budget)."""
+    ``left_out_of_report`` (a reason: a tool too slow for the report's budget; its result
+    file comes from its own target, ``make traincheck``)."""
+    from faultbench.scoring.contract import contract_of
     from faultbench.scoring.diagnosis import get_diagnoser
 
-    return [name for name in names if not _left_out(get_diagnoser(name))]
-
-
-def _left_out(diagnoser: object) -> str:
-    reason = getattr(diagnoser, "left_out_of_report", "")
-    return reason if isinstance(reason, str) else ""
-
-
-def _left_out_lines(scored: Sequence[str]) -> list[str]:
-    """One line per registered diagnoser this report did not score by default, with why."""
-    from faultbench.scoring.diagnosis import diagnoser_names, get_diagnoser
-
-    lines = []
-    for name in diagnoser_names():
-        try:
-            reason = "" if name in scored else _left_out(get_diagnoser(name))
-        except FaultbenchError:  # a tool whose extra is not installed: not ours to report
-            continue
-        if reason:
-            lines.append(f"not scored by `make report`: `{name}` ({reason}; `--diagnoser {name}`)")
-    return lines
-
-
-def seeds_for(diagnoser: str, seeds: int) -> int:
-    """Seeds a diagnoser is scored on (both grids): all, or its declared ``subset_seeds``.
-
-    A diagnoser whose one diagnosis takes seconds (the tools, TheDeepChecker's
-    training probe) declares ``subset_seeds`` (the first seeds, so the subset is
-    the same on every machine); the leaderboard says so in its row.
-    """
-    from faultbench.scoring.diagnosis import get_diagnoser
-
-    subset = getattr(get_diagnoser(diagnoser), "subset_seeds", None)
-    return min(seeds, subset) if isinstance(subset, int) and subset > 0 else seeds
-
-
-def healthy_for(diagnoser: str, healthy: int) -> int:
-    """Healthy drawn runs a diagnoser is scored on per task: all, or, for one that declares
-    ``subset_seeds`` (seconds per diagnosis), :data:`SUBSET_HEALTHY` of them (the first
-    ones, the same everywhere): a false-alarm rate needs many more runs than a fault cell."""
-    return healthy if seeds_for(diagnoser, healthy) == healthy else min(healthy, SUBSET_HEALTHY)
-
-
-def _subset_text(seeds: int, healthy: int) -> str:
-    first = "seed 0" if seeds == 1 else f"seeds 0-{seeds - 1}"
-    return f"{first} of both grids, {healthy} healthy drawn runs (seconds per diagnosis)"
+    return [name for name in names if not contract_of(get_diagnoser(name)).left_out_of_report]
 
 
 def _timings_markdown(

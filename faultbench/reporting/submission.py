@@ -1,0 +1,315 @@
+"""A diagnoser's submission: score it on the board into its result file, check a file
+against the installed code and runs, and re-diagnose a sample of it.
+
+- :func:`score`: every evaluation of the board (:mod:`faultbench.scoring.board`) by the
+  one :func:`~faultbench.scoring.evaluate.evaluate`, the real-bug suite included;
+  training only what the store lacks, reading stored answers; a diagnoser that does
+  not ship with faultbench runs in its worker process with its timeout.
+- :func:`stale`: which answers were made on other runs than the installed code's
+  board gives (each row's run key rebuilt from the row, no store needed).
+- :func:`verify`: ``K`` answers drawn at random, diagnosed again in the diagnoser's
+  worker with the file's timeout; any difference refuses the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from faultbench.core.codetext import code_text
+from faultbench.core.errors import FaultbenchError
+from faultbench.faults.family import draw_design
+from faultbench.realbugs import all_cases, get_case
+from faultbench.realbugs.storage import RealBugSuite, spec_of
+from faultbench.reporting.resultfile import ResultFile, answers_frame, decode, rows_of
+from faultbench.scoring.board import REALBUGS, Board, Evaluation
+from faultbench.scoring.cache import STORED_STATUSES, diagnosis_code
+from faultbench.scoring.contract import Contract, contract_of
+from faultbench.scoring.diagnosis import Diagnoser, get_diagnoser, ships_with_faultbench
+from faultbench.scoring.evaluate import Report, diagnoser_for, evaluate
+from faultbench.scoring.suite import TaskSuite
+from faultbench.scoring.worker import wants_worker
+from faultbench.storage.records import RunSpec, loads
+from faultbench.storage.store import Store
+from faultbench.tasks.task import Task, get_task
+from faultbench.training.engine import Engine
+from faultbench.training.instruments import references
+
+
+def task_kind(task: Task) -> str:
+    """What ``task`` predicts (:mod:`faultbench.tasks.kinds`): the leaderboard's per-kind
+    tables group by it."""
+    return task.kind.name
+
+
+def code_of(diagnoser: Diagnoser) -> str:
+    """The hash of the code behind ``diagnoser``'s answers: faultbench's diagnosis code
+    (:func:`~faultbench.scoring.cache.diagnosis_code`, the shipped diagnosers' included),
+    and for one that does not ship with faultbench its own package's, as code."""
+    if ships_with_faultbench(diagnoser):
+        return diagnosis_code()
+    return hashlib.sha256(
+        f"{diagnosis_code()}\0{_package_code(type(diagnoser).__module__)}".encode()
+    ).hexdigest()[:12]
+
+
+def _package_code(module: str) -> str:
+    """Hash of every source file of ``module``'s top-level package (or its one file)."""
+    top = sys.modules.get(module.partition(".")[0]) or sys.modules[module]
+    folders = [Path(p) for p in getattr(top, "__path__", [])]
+    files = sorted(f for d in folders for f in d.rglob("*.py")) or [Path(top.__file__ or "")]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(code_text(path.read_text()).encode())
+    return digest.hexdigest()
+
+
+def software() -> dict[str, str]:
+    """What the answers were made on: python, torch, the platform, faultbench."""
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "faultbench": version("faultbench"),
+        "platform": platform.platform(),
+    }
+
+
+def score(
+    diagnoser: str,
+    board: Board,
+    *,
+    store: Store,
+    engine: Engine | None = None,
+    timeout: float,
+    isolate: bool | None = None,
+    progress: bool | None = None,
+) -> tuple[ResultFile, list[Report]]:
+    """Score ``diagnoser`` (a registered name or ``module:Class``) on every evaluation of
+    ``board``; return its result file (not yet written) and the reports it was made from.
+
+    Raises:
+        FaultbenchError: anything :func:`~faultbench.scoring.evaluate.evaluate` refuses.
+    """
+    diag = get_diagnoser(diagnoser)
+    contract = contract_of(diag)
+    start = time.perf_counter()
+    reports = [
+        _evaluate(ev, board, store, engine, timeout, isolate, progress)
+        for ev in board.evaluations(diagnoser, contract)
+    ]
+    rows = [row for r in reports for row in rows_of(r, _kind_of(r.task))]
+    result = ResultFile(
+        diagnoser=diag.name,
+        source=diagnoser,
+        code=code_of(diag),
+        contract=contract.to_dict(),
+        board=board.to_dict(contract),
+        timeout=timeout,
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+        software=software(),
+        seconds=time.perf_counter() - start,
+        answers=answers_frame(rows),
+    )
+    return result, reports
+
+
+def _evaluate(
+    ev: Evaluation,
+    board: Board,
+    store: Store,
+    engine: Engine | None,
+    timeout: float,
+    isolate: bool | None,
+    progress: bool | None,
+) -> Report:
+    if ev.grid == REALBUGS:
+        cases = all_cases() if board.cases is None else tuple(map(get_case, board.cases))
+        return evaluate(
+            ev.diagnoser,
+            RealBugSuite(cases),
+            store=store,
+            engine=engine,
+            timeout=timeout,
+            isolate=isolate,
+            progress=progress,
+        )
+    return evaluate(
+        ev.diagnoser,
+        ev.task,
+        seeds=ev.seeds,
+        grid=ev.grid,
+        faults=ev.faults,
+        healthy_seeds=ev.healthy_seeds,
+        every=ev.every,
+        store=store,
+        engine=engine,
+        timeout=timeout,
+        isolate=isolate,
+        progress=progress,
+    )
+
+
+def _kind_of(task: str) -> str:
+    return "" if task == REALBUGS else task_kind(get_task(task))
+
+
+def spec_of_row(row: Any, contract: Contract) -> RunSpec:
+    """The run an answer was made on, rebuilt from the row with the installed code (no
+    store): the real-bug case's form, or the task's condition on its seed and base."""
+    return _spec(
+        row.suite, row.task, row.condition, int(row.seed), int(row.base), contract.instrument
+    )
+
+
+@cache
+def _spec(
+    suite: str, task_name: str, condition: str, seed: int, base: int, instrument: tuple[str, ...]
+) -> RunSpec:
+    """:func:`spec_of_row`'s spec, once per run: every file of a board names the same runs."""
+    if suite == REALBUGS:
+        name, _, form = condition.rpartition(".")
+        return spec_of(get_case(name), form)
+    task = get_task(task_name)
+    design = draw_design(task, seed, base) if base >= 0 else None
+    spec = RunSpec(task.name, task.fingerprint, decode(condition), seed, design)
+    refs = references(instrument) if instrument else ()
+    return spec.with_instruments(refs) if refs else spec
+
+
+def stale(result: ResultFile) -> list[str]:
+    """The run keys of ``result`` that the installed code does not give (empty: every
+    answer was made on the runs the board has now)."""
+    contract = _contract(result)
+    out = []
+    for row in result.answers.itertuples(index=False):
+        try:
+            key = _key(spec_of_row(row, contract))
+        except (FaultbenchError, ValueError) as exc:  # a task, case or fault gone since
+            out.append(f"{row.task}/{row.condition}/seed {row.seed} ({exc})")
+            continue
+        if key != row.key:
+            out.append(f"{row.task}/{row.condition}/seed {row.seed}")
+    return out
+
+
+@cache
+def _key(spec: RunSpec) -> str:
+    """``spec.key()`` once per spec: every file of a board asks for the same runs."""
+    return spec.key()
+
+
+def _contract(result: ResultFile) -> Contract:
+    declared = result.contract
+    return Contract(
+        name=result.diagnoser,
+        tuned_on=frozenset(declared["tuned_on"]),
+        instrument=tuple(declared["instrument"]),
+        reads_trace=declared["reads_trace"],
+        subset_seeds=declared["subset_seeds"],
+        left_out_of_report=declared["left_out_of_report"],
+        probes=declared["probes"],
+    )
+
+
+def verify(result: ResultFile, k: int, *, store: Store, seed: int | None = None) -> list[str]:
+    """Diagnose ``k`` of ``result``'s answers again, drawn at random among those that do not
+    depend on the clock, in the diagnoser's worker with the file's timeout.
+
+    Returns:
+        One line per answer that differs (empty: the file holds what its code says).
+
+    Raises:
+        FaultbenchError: the diagnoser does not load, its code is not the installed code's,
+            or a drawn run is not in ``store``.
+    """
+    diag = get_diagnoser(result.source)
+    if code_of(diag) != result.code:
+        raise FaultbenchError(
+            f"{result.path}: made by code {result.code}, but the installed code of "
+            f"'{result.diagnoser}' is {code_of(diag)}; refresh it: faultbench score "
+            f"--diagnoser {result.source}"
+        )
+    answers = result.answers[result.answers["status"].isin(STORED_STATUSES)]
+    rng = np.random.default_rng(seed)
+    drawn = answers.iloc[rng.permutation(len(answers))[:k]] if len(answers) else answers
+    contract = contract_of(diag)
+    if contract.prepare is not None:
+        contract.prepare(store=store, engine=None)
+    differ = []
+    for (suite, task, every), part in drawn.groupby(["suite", "task", "every"], sort=False):
+        runs = (
+            RealBugSuite(all_cases()).runs()
+            if suite == REALBUGS
+            else TaskSuite(get_task(task), every=int(every)).runs()
+        )
+        in_worker, _ = wants_worker(diag, None)
+        with diagnoser_for(diag, runs, result.timeout, in_worker) as diagnose:
+            diagnose.start()
+            for row, record in _records(part, contract, store):
+                outcome = diagnose.diagnose(record)
+                now = (outcome.status, outcome.label, "+".join(outcome.also))
+                then = (row.status, row.predicted, row.also)
+                if now != then:
+                    differ.append(
+                        f"{row.task}/{row.condition}/seed {row.seed} (every {row.every}): the "
+                        f"file says {'/'.join(then).rstrip('/')}, the diagnoser now says "
+                        f"{'/'.join(now).rstrip('/')}"
+                    )
+    return differ
+
+
+def _records(part: pd.DataFrame, contract: Contract, store: Store) -> Iterator[tuple[Any, Any]]:
+    for row in part.itertuples(index=False):
+        spec = spec_of_row(row, contract)
+        record = store.load(spec, note=False, copy=False)
+        if record is None or record.key != row.key:
+            raise FaultbenchError(
+                f"run {row.task}/{row.condition}/seed {row.seed} of the file is not in the "
+                f"store '{store.root}'; expected the store its answers were made on "
+                f"(--store DIR), or score it again: faultbench score --diagnoser "
+                f"{contract.name}"
+            )
+        yield row, record
+
+
+def evidence_from(store: Store) -> Any:
+    """``(diagnoser, row) -> str``: the evidence of an answer, read from ``store``'s stored
+    answer (:mod:`faultbench.scoring.cache`), or '' where it holds none (a diagnoser that
+    does not ship with faultbench, another store)."""
+    contracts: dict[str, Contract] = {}
+
+    def find(diagnoser: str, row: Any) -> str:
+        try:
+            contract = contracts.setdefault(diagnoser, Contract(diagnoser, frozenset()))
+            spec = spec_of_row(row, contract)
+        except (FaultbenchError, ValueError):
+            return ""
+        folder = store.spec_dir(spec) / str(row.key) / "diagnoses" / diagnoser
+        for path in sorted(folder.glob(f"*-every{int(row.every)}.json")):
+            try:
+                found = loads(path.read_text()).get("evidence", {})
+            except (OSError, ValueError):
+                continue
+            return json.dumps(found, sort_keys=True, default=str)
+        return ""
+
+    return find

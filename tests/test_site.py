@@ -1,0 +1,107 @@
+"""The leaderboard's site in a real headless browser: it renders, sorts on a click, links to a
+diagnoser's page, and shows what a diagnoser returned as text, never as markup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from browser import Browser, file_url, find
+
+from faultbench.reporting import assemble, resultfile
+from faultbench.scoring.board import Board
+
+HOSTILE = '<img src=x onerror="window.pwned = 1"><script>window.pwned = 2</script>'
+#: diagnoser -> (answers right on the faulty runs, false alarms on the healthy ones), of 4 each
+SKILL = {"sharp": (4, 0), "jumpy": (4, 3), "quiet": (1, 0)}
+
+
+def _result(name: str, right: int, alarms: int) -> resultfile.ResultFile:
+    rows = []
+    for seed in range(4):
+        for truth in ("healthy", "lr_too_high"):
+            hit = seed < (right if truth != "healthy" else 4 - alarms)
+            other = "healthy" if truth != "healthy" else "frozen_layer"
+            rows.append(
+                {
+                    "key": f"k{name}{seed}{truth}", "suite": "grid", "task": "digits",
+                    "task_kind": "multiclass", "grid": "classic", "every": 20, "prefix": 1.0,
+                    "condition": truth if truth == "healthy" else "lr_too_high@100.0",
+                    "truth": truth, "variant": "" if truth == "healthy" else truth,
+                    "level": "" if truth == "healthy" else "canonical", "seed": seed,
+                    "base": -1, "predicted": truth if hit else other, "also": "",
+                    "status": "ok", "probe_steps": 0, "seconds": 0.01,
+                }
+            )  # fmt: skip
+    return resultfile.ResultFile(
+        diagnoser=name,
+        source=name,
+        code="c0de",
+        contract={"tuned_on": [], "instrument": [], "prepare": False, "reads_trace": True,
+                  "subset_seeds": None, "left_out_of_report": "", "probes": False, "name": name},
+        board={},
+        timeout=60.0,
+        date="2026-01-02T03:04:05+00:00",
+        software={"python": "3.11"},
+        seconds=1.0,
+        answers=resultfile.answers_frame(rows),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    files = tuple(_result(name, *skill) for name, skill in SKILL.items())
+    assembled = assemble.Assembled(files, assemble.frame_of(files))
+    out = tmp_path_factory.mktemp("results")
+    board = Board(("digits",), ())
+    assemble.write(assembled, board, out, evidence=lambda name, row: HOSTILE)
+    return out / "site"
+
+
+def test_the_headline_is_ranked_by_the_score_it_defines(site: Path) -> None:
+    board = site.parent
+    text = (board / "leaderboard.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    columns = [c.strip() for c in table[0].strip("|").split("|")]
+    assert len(columns) <= 8 and columns[:3] == ["diagnoser", "tuned on", "score"]
+    names = [line.strip("|").split("|")[0].strip() for line in table[2:]]
+    # score = (identification + share of healthy runs called healthy) / 2, by hand:
+    expected = {n: (r / 4 + (4 - a) / 4) / 2 for n, (r, a) in SKILL.items()}
+    assert names == sorted(expected, key=lambda n: -expected[n])
+    full = pd.read_csv(board / "leaderboard.csv", dtype=str).set_index("diagnoser")
+    assert full.loc["jumpy", "score"].startswith(f"{expected['jumpy']:.3f}")
+
+
+def test_what_a_diagnoser_returned_is_escaped(site: Path) -> None:
+    page = (site / "d" / "jumpy.html").read_text()
+    assert HOSTILE not in page and "&lt;script&gt;window.pwned = 2&lt;/script&gt;" in page
+
+
+def test_the_site_renders_sorts_and_links_in_a_browser(site: Path) -> None:
+    executable = find()
+    if executable is None:
+        pytest.skip("no Chromium installed (.ci/run installs Debian's chromium)")
+    browser = Browser(executable, file_url(site / "index.html"))
+    try:
+        rows = "#headline tbody tr"
+        names = f"Array.from(document.querySelectorAll('{rows}')).map(r => r.cells[0].innerText)"
+        assert browser.evaluate(f"document.querySelectorAll('{rows}').length") == len(SKILL)
+        browser.click("#headline th:nth-child(1)")  # by name, descending
+        assert browser.evaluate(names) == sorted(SKILL, reverse=True)
+        browser.click("#headline th:nth-child(1)")  # and ascending
+        assert browser.evaluate(names) == sorted(SKILL)
+        browser.click("#headline th:nth-child(5)")  # false alarms, most first
+        assert browser.evaluate(names)[0] == "jumpy"
+        browser.click(f"{rows}:first-child a")
+        browser.wait_until("location.href.endsWith('/d/jumpy.html')")
+        browser.wait_until("document.readyState === 'complete'")
+        assert browser.evaluate("document.querySelector('h1').innerText") == "jumpy"
+        assert browser.evaluate("window.pwned === undefined")
+        assert (
+            browser.evaluate("document.querySelectorAll('#wrong img, #wrong script').length") == 0
+        )
+        wrong = browser.evaluate("document.querySelectorAll('#wrong tbody tr').length")
+        assert wrong == 3  # its three false alarms
+    finally:
+        browser.close()

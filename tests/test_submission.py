@@ -1,0 +1,199 @@
+"""A diagnoser joins the leaderboard: `faultbench score` writes its result file, `faultbench
+leaderboard` assembles the files alone, and a stale, edited or forged file is refused."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from faultbench.cli.main import main
+from faultbench.reporting import resultfile
+from faultbench.scoring import evaluate as evaluate_module
+from faultbench.scoring.plan import plan
+from faultbench.storage.records import RunRecord
+from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task
+
+CASE = "aihwkit_simple_layer_zero_grad"  # the cheapest real-bug case (~0.05 s a form)
+SHIPPED = ("always-healthy", "rules-v1")  # read the trace alone: no probe to train
+NEW = "my-rule"  # made by faultbench new-diagnoser
+NEW_CLASS = "my_rule.diagnoser:MyRuleDiagnoser"
+# The module's board: the digits grid runs the session trains, and one real-bug case.
+BOARD = ["--task", "digits", "--seeds", "1", "--grids", "classic", "--faults", "lr_too_high"]
+BOARD += ["--cases", CASE]
+
+
+def _args(store: Path, results: Path) -> list[str]:
+    return [*BOARD, "--store", str(store), "--results", str(results)]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def board(
+    digits_grid: dict[tuple[str, int], RunRecord],
+    shared_store_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, Path]:
+    """The shipped diagnosers' result files and the leaderboard made of them."""
+    results = tmp_path_factory.mktemp("results")
+    for name in SHIPPED:
+        assert main(["score", "--diagnoser", name, *_args(shared_store_root, results)]) == 0
+    assert main(["leaderboard", *_args(shared_store_root, results)]) == 0
+    return shared_store_root, results
+
+
+def test_a_result_file_holds_every_answer_with_its_run_key(board: tuple[Path, Path]) -> None:
+    store, results = board
+    found = resultfile.read(results / "diagnosers" / "rules-v1.json")
+    assert found.source == "rules-v1" and found.contract["tuned_on"] == ["digits"]
+    assert set(found.software) >= {"python", "torch", "platform"} and found.seconds >= 0
+    grid = found.answers[found.answers["suite"] == "grid"]
+    planned = plan(
+        get_task("digits"), "classic", seeds=1, faults=["lr_too_high"], store=Store(store)
+    )
+    assert sorted(grid["key"]) == sorted(spec.key() for spec in planned.specs)
+    suite = found.answers[found.answers["suite"] == "realbugs"]
+    assert sorted(suite["level"]) == ["faulty", "fixed"] and set(suite["prefix"]) == {1.0}
+
+
+def test_the_headline_holds_what_the_answers_say(board: tuple[Path, Path]) -> None:
+    _, results = board
+    answers = pd.read_csv(results / "diagnosers" / "rules-v1.csv", keep_default_na=False)
+    classic = answers[answers["grid"] == "classic"]
+    known = classic[classic["truth"] == "lr_too_high"]
+    healthy = classic[classic["truth"] == "healthy"]
+    identification = (known["predicted"] == "lr_too_high").mean()
+    alarms = (healthy["predicted"] != "healthy").mean()
+    table = pd.read_csv(results / "leaderboard.csv", dtype=str).set_index("diagnoser")
+    assert table.loc["rules-v1", "score"].startswith(f"{(identification + 1 - alarms) / 2:.3f}")
+    assert table.loc["always-healthy", "score"].startswith("0.500")
+    text = (results / "leaderboard.md").read_text()
+    assert "![identification against false alarms](leaderboard.png)" in text
+    assert (results / "leaderboard_full.md").exists() and (results / "site" / "index.html").exists()
+
+
+def test_a_new_diagnoser_joins_and_only_its_file_and_the_board_change(
+    board: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store, shared = board
+    results = tmp_path / "results"
+    shutil.copytree(shared, results)
+    before = _files(results)
+    assert main(["new-diagnoser", NEW, "--dir", str(tmp_path)]) == 0
+    monkeypatch.chdir(tmp_path / NEW)  # installed nothing: it is imported from here
+    assert main(["score", "--diagnoser", NEW_CLASS, *_args(store, results)]) == 0
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the leaderboard diagnosed a run")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(evaluate_module, "diagnose_safely", refuse)
+        assert main(["leaderboard", *_args(store, results)]) == 0
+    after = _files(results)
+    changed = {n for n in after if before.get(n) != after[n]}
+    board_files = ("leaderboard", "false_alarms_by_axis.csv", "site/")
+    assert {f"diagnosers/{NEW}.json", f"diagnosers/{NEW}.csv"} <= changed
+    assert all(n.startswith(board_files) or n.startswith(f"diagnosers/{NEW}.") for n in changed)
+    assert f"| {NEW} " in (results / "leaderboard.md").read_text()
+    capsys.readouterr()
+    assert main(["leaderboard", *_args(store, results), "--verify", "20"]) == 0
+    said = capsys.readouterr().out
+    assert all(f"verified {name}: 20 answers" in said for name in (*SHIPPED, NEW))
+
+
+def _edit_one_answer(results: Path, name: str) -> pd.DataFrame:
+    found = resultfile.read(results / "diagnosers" / f"{name}.json")
+    answers = found.answers.copy()
+    ok = answers.index[answers["status"] == "ok"][0]
+    answers.loc[ok, "predicted"] = "frozen_layer" if answers.loc[ok, "predicted"] != (
+        "frozen_layer") else "healthy"  # fmt: skip
+    return answers
+
+
+def test_an_edited_file_is_refused_before_anything_is_written(
+    board: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, shared = board
+    results = tmp_path / "results"
+    shutil.copytree(shared, results)
+    answers = _edit_one_answer(results, "rules-v1")
+    answers.to_csv(results / "diagnosers" / "rules-v1.csv", index=False, lineterminator="\n")
+    before = _files(results)
+    capsys.readouterr()
+    assert main(["leaderboard", *_args(store, results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "rules-v1.json" in err and "checksum" in err and "faultbench score" in err
+    assert _files(results) == before
+
+
+def _forge(results: Path, name: str, answers: pd.DataFrame) -> None:
+    """Rewrite a file with changed answers and a checksum that fits them."""
+    found = resultfile.read(results / "diagnosers" / f"{name}.json")
+    forged = resultfile.ResultFile(
+        **{**{k: getattr(found, k) for k in found.__dataclass_fields__}, "answers": answers}
+    )
+    resultfile.write(forged, results / "diagnosers")
+
+
+def test_verify_refuses_a_file_whose_answers_the_diagnoser_does_not_give(
+    board: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, shared = board
+    results = tmp_path / "results"
+    shutil.copytree(shared, results)
+    _forge(results, "rules-v1", _edit_one_answer(results, "rules-v1"))
+    assert main(["leaderboard", *_args(store, results)]) == 0  # it passes the checksum
+    capsys.readouterr()
+    assert main(["leaderboard", *_args(store, results), "--verify", "20"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "rules-v1.json" in err and "1 of 20" in err
+
+
+def test_a_file_of_other_runs_or_another_board_is_refused_with_the_fix(
+    board: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, shared = board
+    results = tmp_path / "results"
+    shutil.copytree(shared, results)
+    capsys.readouterr()
+    assert main(["leaderboard", *_args(store, results), "--seeds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "another board" in err and "classic_seeds" in err
+    assert "faultbench score --diagnoser" in err
+    found = resultfile.read(results / "diagnosers" / "always-healthy.json")
+    answers = found.answers.copy()
+    answers.loc[0, "key"] = "0" * 20  # a run of other code
+    _forge(results, "always-healthy", answers)
+    assert main(["leaderboard", *_args(store, results)]) == 2
+    err = capsys.readouterr().err
+    assert "made on other runs: 1 of its" in err
+    assert "faultbench score --diagnoser always-healthy" in err
+
+
+def test_the_full_grid_gives_the_headline_and_the_design_axes(
+    digits_grid: dict[tuple[str, int], RunRecord], shared_store_root: Path, tmp_path: Path
+) -> None:
+    args = ["--task", "digits", "--fault-seeds", "1", "--healthy-seeds", "2", "--seeds", "1"]
+    args += ["--faults", "frozen_layer", "--cases", "none", "--store", str(shared_store_root)]
+    args += ["--results", str(tmp_path)]
+    assert main(["score", "--diagnoser", "always-healthy", *args, "--workers", "1"]) == 0
+    assert main(["leaderboard", *args]) == 0
+    answers = resultfile.read(tmp_path / "diagnosers" / "always-healthy.json").answers
+    full = answers[answers["grid"] == "full"]
+    assert sorted(set(full["every"])) == [1, 20] and (full["base"] >= 0).all()
+    axes = pd.read_csv(tmp_path / "false_alarms_by_axis.csv")
+    assert {"optimizer", "depth", "norm"} <= set(axes["axis"])
+    assert (axes.groupby("axis")["runs"].sum() == 2).all()  # each healthy drawn run, once
+    kinds = pd.read_csv(tmp_path / "leaderboard_kinds.csv")
+    assert list(kinds["kind"]) == ["multiclass"]
+    assert (tmp_path / "leaderboard_levels.png").read_bytes()[:4] == b"\x89PNG"
