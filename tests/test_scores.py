@@ -123,7 +123,7 @@ def test_undecided_is_scored_apart_from_right_and_wrong() -> None:
     assert (alarms.hits, alarms.n) == (1, 3)
     assert (detection(frame)["not_healthy"].hits, detection(frame)["not_healthy"].n) == (2, 5)
     assert (known_detection(frame).hits, known_detection(frame).n) == (3, 5)
-    assert alarm_precision(frame).n == 5
+    assert (alarm_precision(frame).hits, alarm_precision(frame).n) == (5, 6)
     # never correct: identification counts it as a miss
     assert (identification(frame)["accuracy"].hits, identification(frame)["accuracy"].n) == (3, 5)
     # and its share is reported, of every run
