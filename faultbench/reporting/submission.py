@@ -160,6 +160,7 @@ def _evaluate(
         faults=ev.faults,
         healthy_seeds=ev.healthy_seeds,
         every=ev.every,
+        prefix=ev.prefix,
         store=store,
         engine=engine,
         timeout=timeout,
@@ -255,11 +256,12 @@ def verify(result: ResultFile, k: int, *, store: Store, seed: int | None = None)
     if contract.prepare is not None:
         contract.prepare(store=store, engine=None)
     differ = []
-    for (suite, task, every), part in drawn.groupby(["suite", "task", "every"], sort=False):
+    groups = drawn.groupby(["suite", "task", "every", "prefix"], sort=False)
+    for (suite, task, every, prefix), part in groups:
         runs = (
             RealBugSuite(all_cases()).runs()
             if suite == REALBUGS
-            else TaskSuite(get_task(task), every=int(every)).runs()
+            else TaskSuite(get_task(task), every=int(every), prefix=float(prefix)).runs()
         )
         in_worker, _ = wants_worker(diag, None)
         with diagnoser_for(diag, runs, result.timeout, in_worker) as diagnose:
@@ -304,7 +306,8 @@ def evidence_from(store: Store) -> Any:
         except (FaultbenchError, ValueError):
             return ""
         folder = store.spec_dir(spec) / str(row.key) / "diagnoses" / diagnoser
-        for path in sorted(folder.glob(f"*-every{int(row.every)}.json")):
+        cut = "" if float(row.prefix) == 1.0 else f"-prefix{float(row.prefix):g}"
+        for path in sorted(folder.glob(f"*-every{int(row.every)}{cut}.json")):
             try:
                 found = loads(path.read_text()).get("evidence", {})
             except (OSError, ValueError):

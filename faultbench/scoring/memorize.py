@@ -85,9 +85,7 @@ def _memorize(probe: Probe) -> Memorization:
     return Memorization(False, None, spent, best, ratio)
 
 
-def _try_rate(
-    probe: Probe, X: Any, y: torch.Tensor, rate: float
-) -> tuple[int, bool, float, float]:
+def _try_rate(probe: Probe, X: Any, y: torch.Tensor, rate: float) -> tuple[int, bool, float, float]:
     """Full-batch Adam at ``rate``; returns (steps, memorized, lowest loss, first loss)."""
     torch.manual_seed(0)  # the probe is deterministic whatever ran before it
     model = probe.make_model()

@@ -93,6 +93,11 @@ def _grouped(values: np.ndarray, right: np.ndarray) -> dict[str, Share]:
     return {str(v): _share(right[values == v]) for v in sorted(set(values)) if v != ""}
 
 
+def raises_alarm(predicted: str) -> bool:
+    """Whether an answer is an alarm: anything but healthy or undecided."""
+    return predicted not in (HEALTHY, UNDECIDED)
+
+
 def _alarmed(frame: pd.DataFrame) -> Any:
     """Answers that raise an alarm: answered, and neither healthy nor undecided."""
     return (frame["status"] == "ok") & ~frame["predicted"].isin((HEALTHY, UNDECIDED))
@@ -234,6 +239,7 @@ __all__ = [
     "known_detection",
     "mcnemar",
     "mcnemar_table",
+    "raises_alarm",
     "summary",
     "to_jsonable",
     "undecided",
