@@ -4,10 +4,12 @@ computation from the trace."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from faultbench.scoring.budget import ANY_KIND, DIGITS, judge
 from faultbench.storage.store import Store
@@ -16,6 +18,14 @@ from faultbench.tools import alarms
 from faultbench.training.engine import LocalEngine
 
 SEEDS = range(2)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # probes of tiny models: more threads only wait for each other
+    yield
+    torch.set_num_threads(before)
 
 
 def _stored(values: list[float]) -> tuple[float, ...]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.reporting import prefixes
@@ -23,6 +24,14 @@ from faultbench.training.instruments import INSTRUMENTS, Instrument
 from faultbench.training.trace import PREFIXES, prefix_step
 
 GRID = {"grid": "full", "seeds": 1, "healthy_seeds": 2, "faults": ["lr_too_high"]}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # probes of tiny models: more threads only wait for each other
+    yield
+    torch.set_num_threads(before)
 
 
 class Seen:

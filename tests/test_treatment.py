@@ -3,6 +3,7 @@ own run, the same fix does not on the healthy run, and every probe step is count
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -17,6 +18,14 @@ from faultbench.tasks.task import get_task
 
 #: Each treated fault, and the finding its treatment reads (the frozen layer's names).
 TREATED = sorted(_treatment.TREATMENTS)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # probes of tiny models: more threads only wait for each other
+    yield
+    torch.set_num_threads(before)
 
 
 def _run(grid: dict[tuple[str, int], RunRecord], name: str) -> Run:
