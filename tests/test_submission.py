@@ -197,3 +197,10 @@ def test_the_full_grid_gives_the_headline_and_the_design_axes(
     kinds = pd.read_csv(tmp_path / "leaderboard_kinds.csv")
     assert list(kinds["kind"]) == ["multiclass"]
     assert (tmp_path / "leaderboard_levels.png").read_bytes()[:4] == b"\x89PNG"
+    # how early it knows: the default sampling's runs cut at each share, and the whole
+    cut = full[full["every"] == 20]
+    assert sorted(set(cut["prefix"])) == [0.1, 0.25, 0.5, 1.0]
+    assert (cut.groupby("prefix")["key"].apply(sorted).map(tuple).nunique()) == 1  # same runs
+    early = pd.read_csv(tmp_path / "leaderboard_prefixes.csv")
+    assert list(early["prefix"]) == [0.1, 0.25, 0.5, 1.0] and set(early["runs"]) == {len(cut) // 4}
+    assert "## How early it knows" in (tmp_path / "leaderboard_full.md").read_text()

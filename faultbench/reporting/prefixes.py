@@ -105,7 +105,8 @@ def figure(frame: pd.DataFrame, path: Path) -> Path:
         ax.set_xlim(0, 1.05)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-    axes[-1].legend(fontsize=6, loc="upper right", ncol=2)
+    if not full.empty:
+        axes[-1].legend(fontsize=6, loc="upper right", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120, metadata={"Software": None})  # no version stamp: stable bytes
     plt.close(fig)
