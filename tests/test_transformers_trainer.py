@@ -244,7 +244,7 @@ def test_a_run_resumed_from_its_checkpoint_is_one_trace_with_its_state(
     np.testing.assert_array_equal(resumed.lr, whole.lr)
     np.testing.assert_array_equal(resumed.eval_steps, whole.eval_steps)
     assert callback.report is not None
-    assert callback.report.diagnosis.evidence["restarted"] == {"lr_restarts": 0}
+    assert callback.report.diagnosis.evidence["restarted"]["lr_restarts"] == 0
 
 
 def test_a_run_resumed_without_its_state_is_seen(tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from faultbench.scoring.run import Run
 
 BUDGET = 0.05  # the headline's false alarms allowed on the healthy runs, split across checks
@@ -123,11 +125,14 @@ class Reading:
 
 
 def kind_of(run: Run) -> str:
-    """The kind a run is calibrated as: its declared kind, else multiclass for a run whose
-    output scores classes (a user's Monitor without a kind), else "" (none)."""
+    """The kind a run is calibrated as: its declared kind; for a user's Monitor given no
+    kind, next_token where it recorded per-token targets (a sequence model's), multiclass
+    where its output scores classes; else "" (none)."""
     config = run.config
     if config.kind:
         return config.kind
+    if np.isfinite(run.trace.counted_share).any():
+        return "next_token"
     return "multiclass" if config.n_classes >= 2 else ""
 
 
