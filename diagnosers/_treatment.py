@@ -11,8 +11,8 @@ alarm implies is tried for a few probe steps and measured against the untreated 
   run as it went (its recorded losses over the same steps);
 - ``frozen_layer``: the replica with every parameter trainable and in the optimizer: do
   the layers that never moved move now?
-- ``too_small_model``: the memorization probe on the model with its narrowest hidden layer
-  widened to twice the classes, where the probe can build one (a linear layer followed,
+- ``too_small_model``: the replica with the model's narrowest hidden layer widened to twice
+  the classes, against as built, where the probe can build one (a linear layer followed,
   through parameter-free modules, by the linear layer that reads it);
 - ``softmax_before_loss``: the memorization probe with the model's outputs turned back
   into logits (log-probabilities for classes, log-odds for labels).
@@ -49,7 +49,8 @@ LATE = 20  # its last steps whose mean loss is compared
 EXAMPLES = 512  # the probe's first examples the replica's batches cycle through
 LOWER = 10.0  # a lower rate: the run's over this
 WIDER = 2  # a widened layer: this many times the classes it must separate
-EPS = 1e-8  # keeps a standardized constant feature finite
+WIDER_STEPS = 150  # steps each replica of a widening trains: a bottleneck shows late
+CONSTANT = 1e-6  # a feature whose spread is below this share of its size is constant
 TINY = 1e-12  # the smallest probability a treated output is read at (log of 0)
 
 
@@ -202,19 +203,24 @@ def unfrozen(run: Run, evidence: Mapping[str, Any]) -> Treatment | None:
 
 
 def wider(run: Run, evidence: Mapping[str, Any]) -> Treatment | None:
-    """too_small_model: memorization with the narrowest hidden layer widened."""
+    """too_small_model: the replica with its narrowest hidden layer widened, against as built
+    (:data:`WIDER_STEPS` steps each: a bottleneck shows once the easy part is learned)."""
     probe = _probe(run)
     width = WIDER * max(2, int(run.config.n_classes))
     if _widened(_fresh(probe), width) is None:
         return None
-    base = _base_ratio(probe, evidence)
-    treated = _memorized(probe, model=lambda: _rebuilt(probe, width))
+    rate, steps = run.config.lr, WIDER_STEPS
+    narrow = _replica(probe, run.config, rate=rate, steps=steps)
+    wide = _replica(probe, run.config, rate=rate, steps=steps, model=_rebuilt(probe, width))
+    if narrow is None or wide is None:
+        return None
+    before, after = _late(narrow), _late(wide)
     return Treatment(
         f"the narrowest hidden layer widened to {width}",
-        "the memorization probe's loss ratio",
-        base,
-        treated.ratio,
-        _memo_helps(base, treated.ratio),
+        f"the mean loss of a replica's last {LATE} of {steps} steps",
+        before,
+        after,
+        _helps(before, after),
         0,
     )
 
@@ -289,13 +295,21 @@ def _floats(X: Any) -> bool:
 
 
 def _standardize(X: Any) -> Any:
+    """Each float feature to mean 0 and unit spread, computed in float64: a feature constant
+    up to rounding (its spread below :data:`CONSTANT` of its size: a float32 column of
+    large values is rarely exactly constant) carries nothing and becomes 0."""
     if isinstance(X, tuple):
         return tuple(_standardize(x) for x in X)
     if isinstance(X, dict):
         return {k: _standardize(v) for k, v in X.items()}
     if not (isinstance(X, torch.Tensor) and X.is_floating_point()) or len(X) < 2:
         return X
-    return (X - X.mean(0, keepdim=True)) / (X.std(0, keepdim=True) + EPS)
+    x = X.double()
+    mean = x.mean(0, keepdim=True)
+    spread = x.std(0, keepdim=True)
+    constant = spread <= CONSTANT * mean.abs().clamp_min(1.0)
+    scaled = (x - mean) / torch.where(constant, torch.ones_like(spread), spread)
+    return torch.where(constant, torch.zeros_like(scaled), scaled).to(X.dtype)
 
 
 def _optimizer(config: RunConfig, model: nn.Module, rate: float) -> torch.optim.Optimizer | None:
@@ -432,7 +446,7 @@ def _widened(model: nn.Module, width: int) -> nn.Module | None:
 
 
 def _rebuilt(probe: Probe, width: int) -> nn.Module:
-    model = _widened(probe.make_model(), width)
+    model = _widened(_fresh(probe), width)
     assert model is not None  # the run's model was widened once already: it can be
     return model
 
