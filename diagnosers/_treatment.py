@@ -11,9 +11,10 @@ alarm implies is tried for a few probe steps and measured against the untreated 
   run as it went (its recorded losses over the same steps);
 - ``frozen_layer``: the replica with every parameter trainable and in the optimizer: do
   the layers that never moved move now?
-- ``too_small_model``: the replica with the model's narrowest hidden layer widened to twice
-  the classes, against as built, where the probe can build one (a linear layer followed,
-  through parameter-free modules, by the linear layer that reads it);
+- ``too_small_model``: the model's narrowest hidden layer widened to twice the classes,
+  against as built, on the memorization probe and, where that does not settle it, on a
+  replica of the loop; where the probe can build one (a linear layer followed, through
+  parameter-free modules, by the linear layer that reads it);
 - ``softmax_before_loss``: the memorization probe with the model's outputs turned back
   into logits (log-probabilities for classes, log-odds for labels).
 
@@ -203,12 +204,20 @@ def unfrozen(run: Run, evidence: Mapping[str, Any]) -> Treatment | None:
 
 
 def wider(run: Run, evidence: Mapping[str, Any]) -> Treatment | None:
-    """too_small_model: the replica with its narrowest hidden layer widened, against as built
-    (:data:`WIDER_STEPS` steps each: a bottleneck shows once the easy part is learned)."""
+    """too_small_model: the model with its narrowest hidden layer widened, against as built,
+    on the two measures of what a model can fit: the memorization probe (a handful of
+    examples), and, where that does not settle it, a replica of the loop
+    (:data:`WIDER_STEPS` steps each: a bottleneck that a handful of examples squeeze
+    through shows on the task's batches once the easy part is learned)."""
     probe = _probe(run)
     width = WIDER * max(2, int(run.config.n_classes))
     if _widened(_fresh(probe), width) is None:
         return None
+    fix = f"the narrowest hidden layer widened to {width}"
+    base = _base_ratio(probe, evidence)
+    treated = _memorized(probe, model=lambda: _rebuilt(probe, width))
+    if _memo_helps(base, treated.ratio):
+        return Treatment(fix, "the memorization probe's loss ratio", base, treated.ratio, True, 0)
     rate, steps = run.config.lr, WIDER_STEPS
     narrow = _replica(probe, run.config, rate=rate, steps=steps)
     wide = _replica(probe, run.config, rate=rate, steps=steps, model=_rebuilt(probe, width))
@@ -216,8 +225,9 @@ def wider(run: Run, evidence: Mapping[str, Any]) -> Treatment | None:
         return None
     before, after = _late(narrow), _late(wide)
     return Treatment(
-        f"the narrowest hidden layer widened to {width}",
-        f"the mean loss of a replica's last {LATE} of {steps} steps",
+        fix,
+        f"the mean loss of a replica's last {LATE} of {steps} steps (the memorization "
+        f"probe's ratio {base:.3g} -> {treated.ratio:.3g})",
         before,
         after,
         _helps(before, after),
