@@ -7,10 +7,10 @@ import torch.nn.functional as F
 
 from conftest import CLASSIFIER_FAULTS, DIGITS_CONDITIONS
 from faultbench.diagnosers import _features, rules
-from faultbench.scoring.memorize import memorize
 from faultbench.scoring.diagnosis import get_diagnoser
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.harness import diagnose_safely
+from faultbench.scoring.memorize import memorize
 from faultbench.scoring.run import Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import get_task
