@@ -86,3 +86,14 @@ def test_a_calibrated_check_judges_the_runs_it_was_measured_on_quiet(calibrated,
     path = write_budget(found.values(), tmp_path / "budget.csv")
     for stat in alarms.STATISTICS:
         assert not any(judge(stat, run, path=path).fired for run in runs), stat.name
+
+
+def test_the_budget_is_measured_on_every_tuned_on_task_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from faultbench.cli.main import main
+
+    assert main(["calibrate", "--what", "alarms", "--task", "digits"]) == 2
+    err = capsys.readouterr().err
+    assert "--what alarms with --task digits: the budget is measured on every task" in err
+    assert [t.name for t in alarms.tuned_on()] == sorted(alarms.doctor.DoctorDiagnoser.tuned_on)
