@@ -7,7 +7,7 @@ trains in two forms, faulty and fixed. ``faultbench run --task realbugs`` scores
 diagnoser on them (:mod:`faultbench.tools.realbugs`).
 """
 
-from faultbench.realbugs.case import Case, CaseRun, Symptom
+from faultbench.realbugs.case import OWN, Case, CaseRun, Reference, Symptom
 from faultbench.realbugs.suite import (
     DROPPED,
     FORMS,
@@ -22,10 +22,12 @@ from faultbench.realbugs.suite import (
 __all__ = [
     "DROPPED",
     "FORMS",
+    "OWN",
     "SUITE",
     "Case",
     "CaseRun",
     "Dropped",
+    "Reference",
     "Symptom",
     "all_cases",
     "case_names",

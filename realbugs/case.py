@@ -9,6 +9,14 @@ the source describes as a check on the trace (``SYMPTOM``), and ``SEED``; then O
 function ``script(fixed, *, epochs=EPOCHS)`` trains the reporter's model in the
 reporter's loop under :class:`faultbench.Monitor` and returns a :class:`CaseRun`.
 The faulty (``fixed=False``) and fixed forms share every line but the bug's.
+
+A case also records how close it stands to its source (``FIDELITY_DATA``,
+``FIDELITY_MODEL``, ``FIDELITY_CODE``: each :data:`OWN` or ``"stand-in: <what>"``), the
+effect the source reports beside the one the script re-enacts, whether the reporter saw
+the failure (``OBSERVED``) or inferred it from reading code, the task's kind (``KIND``),
+and the ``REFERENCE`` its fixed twin is held to: the twin must be healthy by the
+benchmark's one bar (:func:`faultbench.storage.bases.trace_verdict`), the same a drawn
+base of the grid passes.
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ from faultbench.training.trace import RunConfig, Trace
 
 #: What a model kind can be (the issue asks for at least five of them).
 MODEL_KINDS = ("mlp", "linear", "cnn", "recurrent", "embedding", "transformer")
+#: A fidelity field's value when the case uses the source's own data, model or code
+#: (the README's "Fidelity" says what counts as own); any other value is a stand-in.
+OWN = "source's own"
+STAND_IN = "stand-in: "  # a stand-in's value starts with this, then says what it is
+NONE_GIVEN = "none given: "  # a REPORTED_EFFECT whose source gives no number, then its words
 #: The constants every case module defines, and what each one holds.
 CONSTANTS = {
     "SOURCE": "the public address where the bug was reported",
@@ -38,9 +51,40 @@ CONSTANTS = {
     "DATA": "what the case trains on, and what it stands in for",
     "SYMPTOM": "the reported symptom as a check on the trace (a Symptom)",
     "SEED": "the seed every draw of the script comes from",
+    "KIND": "the task's kind (faultbench.tasks.kinds), e.g. multiclass or regression",
+    "REFERENCE": "the task metric a reasonable model reaches on the data (a Reference)",
+    "FIDELITY_DATA": f"{OWN!r}, or {STAND_IN!r} and what stands in for the source's data",
+    "FIDELITY_MODEL": f"{OWN!r}, or {STAND_IN!r} and what stands in for the source's model",
+    "FIDELITY_CODE": f"{OWN!r}, or {STAND_IN!r} and what stands in for the source's code",
+    "REPORTED_EFFECT": "the effect the source reports, with its numbers",
+    "REENACTED_EFFECT": "the effect this script shows, with its numbers, beside it",
+    "OBSERVED": "True: the reporter saw the failure; False: inferred from reading code",
 }
+#: The fidelity constants, in the order the tables show them.
+FIDELITY = ("FIDELITY_DATA", "FIDELITY_MODEL", "FIDELITY_CODE")
+#: The rule that makes a case faithful (realbugs/README.md says what counts as own).
+FAITHFUL = (
+    "the source's own data, model and code (each FIDELITY_* is OWN: the same data, the same "
+    "architecture and the same loop with its hyperparameters, ported to PyTorch if written "
+    "for another framework, shortened in epochs only where stated)"
+)
+
+
+def task_kinds() -> tuple[str, ...]:
+    """The task kinds a case may declare (:data:`faultbench.tasks.kinds.KINDS`)."""
+    from faultbench.tasks.kinds import KINDS
+
+    return tuple(KINDS)
+
+
 #: Web hosts a case's source may live on: the places the issue names.
-SOURCE_HOSTS = ("https://github.com/", "https://discuss.pytorch.org/", "https://stackoverflow.com/")
+SOURCE_HOSTS = (
+    "https://github.com/",
+    "https://discuss.pytorch.org/",
+    "https://stackoverflow.com/",
+    "https://datascience.stackexchange.com/",
+    "https://stats.stackexchange.com/",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +94,10 @@ class CaseRun:
     trace: Trace  # everything the Monitor recorded (every step)
     config: RunConfig  # the observable configuration (Monitor.config())
     probe: Probe  # the script's own model factory, loss and training examples
+
+
+def _has_number(text: str) -> bool:
+    return any(c.isdigit() for c in text)
 
 
 def _last_finite(values: np.ndarray) -> float:
@@ -164,6 +212,17 @@ class Symptom:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """What a reasonable model scores on a case's data: the healthy bar of its fixed twin."""
+
+    score: float  # the task metric (accuracy, R²...; higher is better), in (0, 1]
+    what: str  # the model that reaches it and how it was measured, or the source's figure
+
+    def __str__(self) -> str:
+        return f"{self.score:.3f} ({self.what})"
+
+
+@dataclass(frozen=True)
 class Case:
     """One real bug, read off its module (see the module docstring)."""
 
@@ -178,6 +237,31 @@ class Case:
     symptom: Symptom  # SYMPTOM
     seed: int  # SEED
     script: Callable[..., CaseRun]  # script(fixed, *, epochs=...)
+    kind: str  # KIND
+    reference: Reference  # REFERENCE
+    fidelity_data: str  # FIDELITY_DATA
+    fidelity_model: str  # FIDELITY_MODEL
+    fidelity_code: str  # FIDELITY_CODE
+    reported_effect: str  # REPORTED_EFFECT
+    reenacted_effect: str  # REENACTED_EFFECT
+    observed: bool  # OBSERVED
+
+    @property
+    def faithful(self) -> bool:
+        """Whether the case uses the source's own data, model and code (:data:`FAITHFUL`)."""
+        return all(value == OWN for value in self.fidelity)
+
+    @property
+    def fidelity(self) -> tuple[str, str, str]:
+        """FIDELITY_DATA, FIDELITY_MODEL, FIDELITY_CODE."""
+        return (self.fidelity_data, self.fidelity_model, self.fidelity_code)
+
+    def twin_verdict(self, run: CaseRun) -> str:
+        """Why a run of the fixed twin is not healthy by the benchmark's one bar against
+        :attr:`reference`, or "" when it is (the bar a drawn base of the grid passes)."""
+        from faultbench.storage.bases import trace_verdict
+
+        return trace_verdict(run.trace, self.reference.score)
 
     @classmethod
     def from_module(cls, module: ModuleType, labels: list[str]) -> Case:
@@ -205,6 +289,14 @@ class Case:
             module.SYMPTOM,
             module.SEED,
             module.script,
+            module.KIND,
+            module.REFERENCE,
+            module.FIDELITY_DATA,
+            module.FIDELITY_MODEL,
+            module.FIDELITY_CODE,
+            module.REPORTED_EFFECT,
+            module.REENACTED_EFFECT,
+            module.OBSERVED,
         )
         problem = case._problem(labels)
         if problem:
@@ -220,6 +312,36 @@ class Case:
             return f"MODEL {self.model!r}; expected one of {MODEL_KINDS}"
         if not isinstance(self.symptom, Symptom):
             return f"SYMPTOM is a {type(self.symptom).__name__}; expected a Symptom"
+        return self._fidelity_problem() or self._text_problem()
+
+    def _fidelity_problem(self) -> str:
+        if self.kind not in task_kinds():
+            nearest = ", ".join(task_kinds())
+            return f"KIND {self.kind!r} is not a task kind; expected one of {nearest}"
+        if not isinstance(self.reference, Reference) or not 0 < self.reference.score <= 1:
+            return f"REFERENCE {self.reference!r}; expected a Reference with a score in (0, 1]"
+        for name, value in zip(FIDELITY, self.fidelity, strict=True):
+            stand_in = (
+                isinstance(value, str)
+                and value.startswith(STAND_IN)
+                and value[len(STAND_IN) :].strip()
+            )
+            if value != OWN and not stand_in:
+                return f"{name} {value!r}; expected {OWN!r} or {STAND_IN!r} and what stands in"
+        if not isinstance(self.observed, bool):
+            return f"OBSERVED {self.observed!r}; expected True or False"
+        if not self.reported_effect.startswith(NONE_GIVEN) and not _has_number(
+            self.reported_effect
+        ):
+            return (
+                f"REPORTED_EFFECT {self.reported_effect!r} gives no number; expected the "
+                f"effect's size, or {NONE_GIVEN!r} and the source's words"
+            )
+        if not _has_number(self.reenacted_effect):
+            return f"REENACTED_EFFECT {self.reenacted_effect!r} gives no number; expected its size"
+        return ""
+
+    def _text_problem(self) -> str:
         texts = {
             f.name: getattr(self, f.name)
             for f in fields(self)

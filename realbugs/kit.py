@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from faultbench.realbugs.case import CaseRun
+from faultbench.realbugs.case import CaseRun, Reference
 from faultbench.scoring.run import Probe
 from faultbench.training.monitor import Monitor
 
 __all__ = [
+    "DIGITS_REFERENCE",
     "CaseRun",
     "accuracy",
     "batches_of",
@@ -28,13 +29,21 @@ __all__ = [
     "digits",
     "digits_arrays",
     "finish",
+    "log_scores",
     "mean_loss",
+    "scores",
     "seed_everything",
     "split",
 ]
 
 VAL_FRACTION = 0.2  # the share of a bundled dataset held out for validation
 PROBE_EXAMPLES = 256  # training examples handed to the probe (a memorization check needs 16)
+#: The healthy bar of a fixed twin that trains on :func:`digits` (seed 0) and validates on its
+#: split: what scikit-learn's LogisticRegression scores there (tests/test_realbugs_case.py
+#: measures it again).
+DIGITS_REFERENCE = Reference(
+    0.981, "scikit-learn's LogisticRegression (max_iter=5000) on the same digits split: 0.981"
+)
 
 
 def seed_everything(seed: int) -> None:
@@ -131,14 +140,45 @@ def accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
 
 
 @torch.no_grad()
+def scores(
+    model: nn.Module, X: torch.Tensor | tuple[torch.Tensor, ...], y: torch.Tensor, *, kind: str
+) -> dict[str, float]:
+    """Every metric of the task ``kind`` (faultbench.tasks.kinds) on ``X``: the R² and MAE of
+    a regression, the F1 of a multi-label task... (a tuple ``X`` is a multi-input model's)."""
+    from faultbench.tasks.kinds import get_kind
+
+    output = model(*X) if isinstance(X, tuple) else model(X)
+    return get_kind(kind).evaluate(output.numpy(), y.numpy())
+
+
+def log_scores(
+    monitor: Monitor,
+    model: nn.Module,
+    *,
+    kind: str,
+    train: tuple[torch.Tensor, torch.Tensor],
+    val: tuple[torch.Tensor, torch.Tensor] | None = None,
+    **also: float,
+) -> None:
+    """Log every metric of ``kind`` on the training data and on the validation data
+    (``train_r2=..., val_r2=..., val_mae=...``), and the named values ``also`` (a
+    ``val_loss``); a source with no held-out data is measured on its own rows (``val``
+    omitted)."""
+    held_out = train if val is None else val
+    logged = {f"train_{k}": v for k, v in scores(model, *train, kind=kind).items()}
+    logged |= {f"val_{k}": v for k, v in scores(model, *held_out, kind=kind).items()}
+    monitor.log_eval(step=None, **logged, **also)
+
+
+@torch.no_grad()
 def mean_loss(
     model: nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    X: torch.Tensor,
+    X: torch.Tensor | tuple[torch.Tensor, ...],
     y: torch.Tensor,
 ) -> float:
-    """The loss on ``X`` in one pass."""
-    return float(loss_fn(model(X), y))
+    """The loss on ``X`` in one pass (a tuple ``X`` is a multi-input model's)."""
+    return float(loss_fn(model(*X) if isinstance(X, tuple) else model(X), y))
 
 
 def finish(
@@ -146,7 +186,7 @@ def finish(
     *,
     make_model: Callable[[], nn.Module],
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    X: torch.Tensor,
+    X: torch.Tensor | tuple[torch.Tensor, ...],
     y: torch.Tensor,
 ) -> CaseRun:
     """Close the monitor and return the trace, the configuration and a probe.
@@ -155,10 +195,12 @@ def finish(
         monitor: The script's monitor (every step recorded).
         make_model: Builds the model exactly as the script did before training.
         loss_fn: The loss the script trained with (the bug included, if it is there).
-        X: Training inputs exactly as the loop fed them (the bug included).
+        X: Training inputs exactly as the loop fed them (the bug included); a tuple for a
+            model of several inputs (``model(*X)``).
         y: Their targets, as the loop fed them.
     """
     trace, config = monitor.trace(), monitor.config()
     monitor.close()
-    probe = Probe.from_user(make_model, loss_fn, X[:PROBE_EXAMPLES], y[:PROBE_EXAMPLES])
+    first = tuple(t[:PROBE_EXAMPLES] for t in X) if isinstance(X, tuple) else X[:PROBE_EXAMPLES]
+    probe = Probe.from_user(make_model, loss_fn, first, y[:PROBE_EXAMPLES])
     return CaseRun(trace, config, probe)

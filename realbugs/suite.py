@@ -31,8 +31,9 @@ class Dropped:
 
 
 #: Every case re-enacted and not shipped. A case is dropped only when its reported
-#: symptom does not show on the faulty form or shows on the fixed one; never for a
-#: diagnoser's answer (no diagnoser's answer was looked at to choose a case).
+#: symptom does not show on the faulty form, or its fixed twin shows it or is not healthy
+#: by the benchmark's bar even when trained as its source's fix would train it; never for
+#: a diagnoser's answer (no diagnoser's answer was looked at to choose a case).
 DROPPED: tuple[Dropped, ...] = (
     Dropped(
         "centernet_loss_huge_zero_grad",
@@ -91,10 +92,83 @@ DROPPED: tuple[Dropped, ...] = (
         "the network then died at ln 10; no inf or NaN appeared",
     ),
     Dropped(
+        "tf_course_quadratic_nan_lr",
+        "https://github.com/chiphuyen/stanford-tensorflow-tutorials/issues/22",
+        "fixed twin not healthy by the benchmark's bar (shipped until issue 40): at the "
+        "accepted answer's 1e-5 the quadratic model still diverges on these values, and at "
+        "every rate low enough not to (5e-7 and below) 20 to 40 epochs of one-example steps "
+        "leave the loss at 0.8 to 0.9 of its first tenth and above the targets' variance; the "
+        "constant term would need about a million steps",
+    ),
+    Dropped(
+        "pointnet_log_softmax_batch_dim",
+        "https://github.com/fxia22/pointnet.pytorch/issues/27",
+        "symptom did not reproduce: the thread reports none (read from the code), and on the "
+        "stand-in (digits as 64-point clouds, a small PointNet) the faulty form validates as "
+        "well as its twin (0.939 against 0.922); only the loss's level differs, being "
+        "normalized over the batch",
+    ),
+    Dropped(
+        "alexnet_finetune_unscaled_pixels",
+        "https://github.com/kratzert/finetune_alexnet_with_tensorflow/issues/79",
+        "symptom did not reproduce: with digits at pixel scale minus the mean standing in for "
+        "the photos and fc6-fc8 trained on them at the script's 0.01, no NaN appeared and the "
+        "unscaled inputs trained better than the scaled ones (0.972 against 0.326 validation "
+        "accuracy after 10 epochs); the report's NaN needs the frozen pretrained convolutions "
+        "the stand-in does not have",
+    ),
+    Dropped(
+        "pytorchdr_loader_without_workers",
+        "https://github.com/YijinHuang/pytorch-DR/issues/1",
+        "fixed twin not healthy: the maintainer's fix is loader worker processes, and with 4 "
+        "or 8 of them on the suite's two shared cores the twin still waited 48% to 63% of its "
+        "step time (the faulty form 86%), against the bar's half",
+    ),
+    Dropped(
+        "siamese_contrastive_distance_broadcast",
+        "https://github.com/harveyslash/Facial-Similarity-with-Siamese-Networks-in-Pytorch/issues/27",
+        "symptom did not reproduce: on pairs of digits with a shared MLP tower both forms "
+        "told held-out pairs apart near chance (the faulty 0.578, the twin 0.527 after 16 "
+        "epochs, while the twin's training pairs reached 0.975); the stand-in did not "
+        "generalize enough to show what the broadcast costs",
+    ),
+    Dropped(
+        "msdocs_logsoftmax_over_batch",
+        "https://github.com/MicrosoftDocs/pytorchfundamentals/issues/4",
+        "symptom did not reproduce: the thread reports none (read from the code), and on "
+        "digits the notebook's network with LogSoftmax(dim=0) validates as well as its twin "
+        "(0.989 both, in the notebook's batches of 128); only the loss's level differs",
+    ),
+    Dropped(
         "openillumi_large_scale_sigmoid_net",
         "https://openillumi.com/en/en-pytorch-performance-fix-standardization",
         "not eligible: a blog post retelling a problem, not a forum thread, a Stack Overflow "
         "question or a project's GitHub issue",
+    ),
+    Dropped(
+        "datascience_fashion_unscaled_pixels",
+        "https://datascience.stackexchange.com/questions/39929",
+        "symptom did not reproduce: the question's network (Dense 128 ReLU, Dense 10, Adam, 5 "
+        "epochs) on digits stretched to 0-255 standing in for Fashion-MNIST validated at 0.90 "
+        "to 0.92 over three seeds against 0.93 scaled, not the 10% reported; the stand-in "
+        "data (64 coarse pixels) does not carry the failure",
+    ),
+    Dropped(
+        "playground_spiral_eight_neurons",
+        "https://github.com/tensorflow/playground/pull/8",
+        "symptom did not reproduce: on the Playground's own spiral (500 points, half for "
+        "training) one tanh layer of 8 units validated at 0.80 to 0.86 over three seeds against "
+        "0.88 to 0.90 with the pull request's 15 (300 epochs, Adam at 0.03 standing in for "
+        "the Playground's SGD, which needs far longer than a case may train): no clear failure "
+        "of the smaller network",
+    ),
+    Dropped(
+        "soup_interleave_oversample_val_overlap",
+        "https://github.com/MakazhanAlpamys/Soup/issues/680",
+        "fixed twin not healthy (added by the language-model branch, dropped here): its "
+        "next-token accuracy on the honest validation rows stays at 0.65 to 0.71 (4 to 10 "
+        "epochs; a wider decoder or twice the rate no better) against 0.833, every answer "
+        "token right but the arbitrary replies' one, under 0.9 of it",
     ),
 )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from faultbench.cli.main import main
-from faultbench.realbugs import DROPPED, case_names, counts_by_label
+from faultbench.realbugs import DROPPED, all_cases, case_names, counts_by_label
 
 CHEAP = "aihwkit_simple_layer_zero_grad,forum_xor_without_activation"
 
@@ -22,6 +22,12 @@ def test_list_shows_the_suite_with_its_cases_per_label(capsys: pytest.CaptureFix
     for label, count in counts_by_label().items():
         assert f"  {label:<22} {count} cases\n" in section
     assert f"{len(DROPPED)} dropped" in section
+    cases = all_cases()
+    assert f"fidelity ({sum(c.faithful for c in cases)} of {len(cases)} faithful" in section
+    lines = {line.split()[0]: line for line in section.splitlines() if line.startswith("  ")}
+    keras = lines["keras_linear_regression_nan_lr"].split()
+    assert keras[1:6] == ["regression", "lr_too_high", "own", "own", "own"]
+    assert lines["agcn_detached_adjacency"].endswith("no, read from code")
 
 
 def test_run_scores_the_chosen_cases(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

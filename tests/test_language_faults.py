@@ -147,7 +147,7 @@ def test_two_vocabularies_recode_the_validation_tokens_only() -> None:
     healthy = base_setup(task, 0)
     faulty = condition("label_mismatch.vocabulary").apply(healthy)
     assert (faulty.X_train == healthy.X_train).all()
-    recode = language.appearance_order(healthy.X_val, healthy.n_classes)
+    recode = language.appearance_order(healthy.X_val, healthy.n_outputs)
     assert (recode[:3] == np.arange(3)).all()  # the specials keep their ids
     assert (faulty.X_val == recode[healthy.X_val]).all() and (faulty.X_val != healthy.X_val).any()
 

@@ -10,7 +10,7 @@ import pytest
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import labels
-from faultbench.realbugs import Case, Symptom
+from faultbench.realbugs import OWN, Case, CaseRun, Reference, Symptom, kit
 from faultbench.realbugs.case import CONSTANTS, SIGNALS
 from faultbench.training.trace import RunConfig, Trace
 
@@ -107,6 +107,14 @@ def module(**overrides: object) -> types.ModuleType:
         "DATA": "Generated blobs.",
         "SYMPTOM": Symptom("loss_ratio", above=0.9),
         "SEED": 0,
+        "KIND": "multiclass",
+        "REFERENCE": Reference(0.9, "a logistic regression on the same data"),
+        "FIDELITY_DATA": OWN,
+        "FIDELITY_MODEL": "stand-in: a small MLP for the reporter's ResNet",
+        "FIDELITY_CODE": OWN,
+        "REPORTED_EFFECT": "none given: the loss stays flat",
+        "REENACTED_EFFECT": "the loss ends at 0.99 of its start",
+        "OBSERVED": True,
         "script": lambda fixed, **_: None,
     }
     constants.update(overrides)
@@ -124,6 +132,10 @@ def test_a_well_formed_module_is_a_case() -> None:
         "mlp",
         0,
     )
+    assert (case.kind, case.reference.score, case.observed) == ("multiclass", 0.9, True)
+    assert not case.faithful  # the model is a stand-in
+    own = Case.from_module(module(FIDELITY_MODEL=OWN), labels())
+    assert own.faithful and own.fidelity == (OWN, OWN, OWN)
 
 
 @pytest.mark.parametrize(
@@ -138,6 +150,15 @@ def test_a_well_formed_module_is_a_case() -> None:
         ({"MODEL": "gan"}, "MODEL 'gan'"),
         ({"SYMPTOM": "loss flat"}, "expected a Symptom"),
         ({"DIAGNOSIS": "  "}, "empty \\['diagnosis'\\]"),
+        ({"KIND": "classification"}, "KIND 'classification' is not a task kind"),
+        ({"REFERENCE": 0.9}, "expected a Reference"),
+        ({"REFERENCE": Reference(1.5, "x")}, "score in \\(0, 1\\]"),
+        ({"FIDELITY_DATA": "the reporter's"}, "FIDELITY_DATA"),
+        ({"FIDELITY_CODE": "stand-in: "}, "FIDELITY_CODE"),
+        ({"OBSERVED": "yes"}, "OBSERVED 'yes'"),
+        ({"REPORTED_EFFECT": "the loss stays flat"}, "REPORTED_EFFECT .* gives no number"),
+        ({"REENACTED_EFFECT": "flat"}, "REENACTED_EFFECT 'flat' gives no number"),
+        ({"KIND": None}, "lacks \\['KIND'\\]"),
     ],
     ids=[
         "no-source",
@@ -149,6 +170,15 @@ def test_a_well_formed_module_is_a_case() -> None:
         "kind",
         "symptom-text",
         "empty-diagnosis",
+        "unknown-kind",
+        "reference-number",
+        "reference-above-one",
+        "fidelity-words",
+        "stand-in-empty",
+        "observed-text",
+        "reported-no-number",
+        "reenacted-no-number",
+        "no-kind",
     ],
 )
 def test_a_malformed_module_is_refused(overrides: dict[str, object], why: str) -> None:
@@ -167,4 +197,37 @@ def test_every_constant_is_documented() -> None:
         "DATA",
         "SYMPTOM",
         "SEED",
+        "KIND",
+        "REFERENCE",
+        "FIDELITY_DATA",
+        "FIDELITY_MODEL",
+        "FIDELITY_CODE",
+        "REPORTED_EFFECT",
+        "REENACTED_EFFECT",
+        "OBSERVED",
     ]
+
+
+def healthy_run(loss: list[float], val: float) -> CaseRun:
+    t = trace(loss, val_acc=np.array([val]), eval_steps=np.array([len(loss)]))
+    return CaseRun(t, CONFIG, None)  # type: ignore[arg-type]
+
+
+def test_a_twin_is_held_to_the_grids_healthy_bar_against_its_reference() -> None:
+    case = Case.from_module(module(), labels())  # reference 0.9: the bar is 0.81
+    falling = [2.0] * 10 + [1.0] * 80 + [0.5] * 10  # last tenth 0.5 < 0.8 x first tenth 2.0
+    assert case.twin_verdict(healthy_run(falling, 0.85)) == ""
+    assert "validation accuracy 0.800" in case.twin_verdict(healthy_run(falling, 0.80))
+    flat = [2.0] * 10 + [1.0] * 80 + [1.7] * 10  # 1.7 is not below 1.6
+    assert "did not fall" in case.twin_verdict(healthy_run(flat, 0.99))
+    broken = [*falling[:-1], math.nan]
+    assert "not finite" in case.twin_verdict(healthy_run(broken, 0.99))
+
+
+def test_the_digits_reference_is_what_logistic_regression_scores() -> None:
+    """kit.DIGITS_REFERENCE, measured again: scikit-learn on kit.digits' split."""
+    from sklearn.linear_model import LogisticRegression
+
+    X_train, y_train, X_val, y_val = (t.numpy() for t in kit.digits(seed=0))
+    score = LogisticRegression(max_iter=5000).fit(X_train, y_train).score(X_val, y_val)
+    assert score == pytest.approx(kit.DIGITS_REFERENCE.score, abs=5e-4)

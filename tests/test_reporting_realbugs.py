@@ -1,4 +1,4 @@
-"""The real-bug suite's files in results/ and its leaderboard columns
+"""The real-bug suite's files in results/ and its score columns
 (faultbench.reporting.realbugs)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from faultbench.realbugs import all_cases
-from faultbench.reporting import leaderboard
 from faultbench.reporting.realbugs import (
     ANSWER_COLUMNS,
     COLUMNS,
     case_table,
     columns,
+    fidelity_table,
     matrix,
     score_table,
     shares,
@@ -116,6 +116,8 @@ def test_case_table_lists_every_shipped_case() -> None:
     table = case_table()
     assert list(table["case"]) == [c.name for c in all_cases()]
     assert table["source"].str.startswith("https://").all()
+    assert list(table["kind"]) == [c.kind for c in all_cases()]
+    assert list(table["faithful"]) == [c.faithful for c in all_cases()]
 
 
 def test_files_are_written_with_the_same_bytes_twice(tmp_path: Path) -> None:
@@ -124,6 +126,7 @@ def test_files_are_written_with_the_same_bytes_twice(tmp_path: Path) -> None:
     assert [p.name for p in first] == [
         "realbugs.md",
         "realbugs.csv",
+        "realbugs_faithful.csv",
         "realbugs_cases.csv",
         "realbugs_answers.csv",
     ]
@@ -131,16 +134,31 @@ def test_files_are_written_with_the_same_bytes_twice(tmp_path: Path) -> None:
         assert a.read_bytes() == b.read_bytes()
     written = pd.read_csv(tmp_path / "a" / "realbugs_answers.csv")
     assert tuple(written.columns) == ANSWER_COLUMNS  # no seconds: machine-independent
-    assert "## Dropped" in (tmp_path / "a" / "realbugs.md").read_text()
+    text = (tmp_path / "a" / "realbugs.md").read_text()
+    assert "## Dropped" in text and "## Fidelity" in text
+    faithful = pd.read_csv(tmp_path / "a" / "realbugs_faithful.csv").set_index("diagnoser")
+    # of the three cases answered, keras (lr_too_high) is the faithful one
+    assert faithful.loc["good", "identification_n"] == 1
+    assert faithful.loc["good", "identification_hits"] == 0  # it answered dead_units
+    assert faithful.loc["noisy", "identification_hits"] == 1
 
 
-def test_leaderboard_takes_the_columns_beside_its_own(tmp_path: Path) -> None:
-    board = answers().assign(grid="full", kind=lambda f: f["kind"])  # any scored frame serves
-    extra = columns(answers()).iloc[:1]  # only "good" has real-bug columns
-    leaderboard.write(board, {}, tmp_path, extra=extra)
-    table = pd.read_csv(tmp_path / "leaderboard.csv", dtype=str, keep_default_na=False)
-    assert list(table.columns)[-len(COLUMNS) :] == list(COLUMNS)
-    assert table.set_index("diagnoser").loc["noisy", "real-bug identification"] == "n/a"
+def test_fidelity_table_says_what_stands_in_for_what() -> None:
+    table = fidelity_table().set_index("case")
+    assert table.loc[LR, "faithful"] == "yes" and table.loc[LR, "data"] == "own"
+    assert table.loc[ZERO_GRAD, "model"].startswith("a digital nn.Linear")
+    cases = {c.name: c for c in all_cases()}
+    assert (table["faithful"] == "yes").sum() == sum(c.faithful for c in cases.values())
+    assert table.loc["agcn_detached_adjacency", "observed"].startswith("no")
+
+
+def test_columns_give_one_row_per_diagnoser_in_order() -> None:
+    # the leaderboard's own real-bug columns are assembled from the result files
+    # (faultbench.reporting.assemble); realbugs.md's table is this one
+    table = columns(answers())
+    assert list(table.columns) == ["diagnoser", *COLUMNS]
+    assert list(table["diagnoser"]) == ["good", "noisy"]
+    assert all(isinstance(v, str) and v for v in table.to_numpy().ravel())
 
 
 @pytest.mark.parametrize("name", ["good", "noisy"])

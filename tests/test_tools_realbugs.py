@@ -87,7 +87,7 @@ def test_each_answer_is_scored_against_its_form(store: Store) -> None:
     expected = scores.wilson(2, 2)
     low, high = s["false_alarms"]["low"], s["false_alarms"]["high"]
     assert (low, high) == pytest.approx((expected.low, expected.high))
-    assert report.trained == 4 and report.results[0].evidence == {"steps": 100}
+    assert report.trained == 4 and report.results[0].evidence == {"steps": 500}
     frame = report.scored_frame()
     assert list(frame.columns) == list(scores.COLUMNS)
     assert list(frame["kind"]) == [scores.KNOWN, scores.HEALTHY, scores.HELDOUT, scores.HEALTHY]

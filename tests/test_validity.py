@@ -18,6 +18,8 @@ from faultbench.reporting.validity import (
     grid_rates,
     grid_rates_from_results,
     is_baseline,
+    kind_shares,
+    measure,
     suite_matrix,
 )
 from faultbench.scoring import scores
@@ -88,6 +90,7 @@ CASES = {  # case -> label (three known, one out of the list)
     "c3": "lr_too_high",
     "c4": "other_fault",
 }
+KINDS = {"c1": "regression", "c2": "multiclass", "c3": "regression", "c4": "regression"}
 #: diagnoser -> per case: faulty answer, fixed answer
 ANSWERS = {
     "a": {"c1": ("lr_too_high", "healthy"), "c2": ("dead_units", "healthy"),
@@ -109,6 +112,7 @@ def answers() -> pd.DataFrame:
                         "diagnoser": name,
                         "case": case,
                         "label": CASES[case],
+                        "task_kind": KINDS[case],
                         "form": form,
                         "predicted": predicted,
                         "status": "ok",
@@ -166,6 +170,66 @@ def test_bootstrap_recomputes_each_draw_and_is_seeded() -> None:
     assert (fa.low, fa.high) == pytest.approx(tuple(np.percentile(rhos, [2.5, 97.5])))
     again = {s.statistic: s for s in bootstrap(GRID, suite, reps=200, seed=7)}
     assert again == found
+
+
+def test_out_of_list_detection_and_kinds_are_counted_by_hand() -> None:
+    suite = suite_matrix(answers(), ["a", "b", "c"])
+    np.testing.assert_allclose(suite.out_of_list(), [1.0, 0.0, 1.0])  # c4 not called healthy
+    assert suite.kinds == ("regression", "multiclass", "regression", "regression")
+    regression = suite.of_kind("regression")
+    assert regression.cases == ("c1", "c3", "c4")
+    np.testing.assert_allclose(regression.identification(), [1.0, 0.5, 0.0])
+    np.testing.assert_allclose(regression.false_alarms(), [0.0, 1 / 3, 2 / 3])
+    shares = kind_shares(suite).set_index(["kind", "diagnoser"])
+    row = shares.loc[("regression", "b")]
+    assert (row["identification_hits"], row["identification_n"]) == (1, 2)
+    assert (row["false_alarms_hits"], row["false_alarms_n"]) == (1, 3)
+    expected = scores.wilson(1, 3)
+    assert (row["false_alarms_low"], row["false_alarms_high"]) == (expected.low, expected.high)
+
+
+def test_statistics_come_per_form_and_per_kind_with_enough_cases() -> None:
+    names = {"a": "rules", "b": "learned", "c": "random"}  # measure asks which are baselines
+    found = measure(GRID.rename(index=names), answers().replace({"diagnoser": names}), reps=100)
+    table = found.statistics.set_index("statistic")
+    assert table.loc["identification kendall_tau", "form"] == "faulty"
+    assert table.loc["out_of_list spearman_rho", "cases"] == 1
+    assert table.loc["false_alarms kendall_tau", "form"] == "fixed"
+    # regression has 3 twins (enough), 2 known-label cases and 1 out-of-list (too few)
+    assert table.loc["false_alarms kendall_tau [regression]", "cases"] == 3
+    assert "identification kendall_tau [regression]" not in table.index
+    assert not any("[multiclass]" in name for name in table.index)  # one case only
+    assert list(found.statistics["form"]) == sorted(found.statistics["form"])  # faulty first
+    assert found.known_labels == {"dead_units": 1, "lr_too_high": 2}
+    assert found.case_kinds == {"multiclass": 1, "regression": 3}
+    assert set(found.gaps["kind"]) == {"regression", "multiclass"}
+
+
+def test_the_interval_is_scipys_percentile_interval_when_every_draw_is_defined() -> None:
+    from scipy import stats
+
+    from faultbench.reporting.validity import SuiteMatrix
+
+    alarmed = np.array([[0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 1, 0]], dtype=bool)  # a < c < b
+    none = np.zeros_like(alarmed)
+    suite = SuiteMatrix(
+        ("a", "b", "c"), tuple(CASES), tuple(CASES.values()), ("multiclass",) * 4,
+        none, none, alarmed, ~alarmed,
+    )  # fmt: skip
+    x = GRID["false_alarms"].to_numpy()
+    rho = {s.statistic: s for s in bootstrap(GRID, suite, reps=300, seed=11)}[
+        "false_alarms spearman_rho"
+    ]
+    assert rho.undefined == 0  # a never alarms, b always: every draw ranks them
+    ci = stats.bootstrap(
+        (np.arange(4),),
+        lambda d: correlations(x, suite.false_alarms(d))[1],
+        n_resamples=300,
+        vectorized=False,
+        method="percentile",
+        rng=np.random.default_rng(11),
+    ).confidence_interval
+    assert (rho.low, rho.high) == pytest.approx((ci.low, ci.high))
 
 
 def test_disagreements_put_the_largest_gap_first() -> None:

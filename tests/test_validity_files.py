@@ -22,6 +22,7 @@ def test_files_are_written_with_the_same_bytes_twice(tmp_path: Path) -> None:
         "validity.md",
         "validity.csv",
         "validity_diagnosers.csv",
+        "validity_kinds.csv",
         "validity_cases.csv",
         "validity.png",
     ]
@@ -30,6 +31,10 @@ def test_files_are_written_with_the_same_bytes_twice(tmp_path: Path) -> None:
     table = pd.read_csv(tmp_path / "a" / "validity.csv", dtype=str, keep_default_na=False)
     assert "identification kendall_tau" in set(table["statistic"])
     assert "false_alarms spearman_rho (no baselines)" in set(table["statistic"])
+    assert "false_alarms spearman_rho [regression]" in set(table["statistic"])
+    text = (tmp_path / "a" / "validity.md").read_text()
+    assert "Known-label cases, by label: dead_units 1, lr_too_high 2." in text
+    assert "## Faulty forms" in text and "## Fixed twins" in text
     assert (tmp_path / "a" / "validity.png").read_bytes()[:4] == b"\x89PNG"
 
 

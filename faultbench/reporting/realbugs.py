@@ -1,4 +1,4 @@
-"""The real-bug suite in ``results/``: the leaderboard's real-bug columns and ``realbugs.md``.
+"""The real-bug suite in ``results/``: ``realbugs.md`` and its tables.
 
 Everything here reads one table: every shipped diagnoser's answers on every form of
 every case (:meth:`faultbench.tools.realbugs.RealBugsReport.answers_frame`, one frame
@@ -14,6 +14,11 @@ it, as the grid's are, each with its 95% Wilson interval:
 - *doctor right*: the doctor's headline on the same run says not healthy on a faulty
   form and healthy on a fixed twin.
 
+The same shares are given on the faithful cases alone (the source's own data, model and
+code: :attr:`faultbench.realbugs.Case.faithful`), and ``realbugs.md`` shows every case's
+fidelity: what stands in for the source's data, model and code, whether the reporter saw
+the failure, and the reported effect beside the re-enacted one.
+
 No wall-clock number is written, so the files' bytes are the same on every machine.
 """
 
@@ -23,11 +28,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from faultbench.realbugs import DROPPED, SUITE, all_cases, counts_by_label
+from faultbench.realbugs import DROPPED, OWN, SUITE, all_cases, counts_by_label
+from faultbench.realbugs.case import FAITHFUL
 from faultbench.scoring import scores
 from faultbench.scoring.scores import Share
 
-#: The leaderboard's real-bug columns, in order, with what each counts.
+#: The real-bug score columns of ``realbugs.md``, in order, with what each counts (the
+#: leaderboard's first four, :mod:`faultbench.reporting.assemble`, are the same shares).
 COLUMNS = {
     "real-bug identification": "known-label cases' faulty forms named correctly",
     "real-bug out-of-list not healthy": "other_fault cases' faulty forms not called healthy",
@@ -81,7 +88,7 @@ def shares(answers: pd.DataFrame) -> dict[str, dict[str, Share]]:
 
 
 def columns(answers: pd.DataFrame) -> pd.DataFrame:
-    """The leaderboard's real-bug columns: one row per diagnoser, cells with intervals."""
+    """The real-bug score columns: one row per diagnoser, cells with intervals."""
     rows = [
         {"diagnoser": name, **{column: cell(share) for column, share in found.items()}}
         for name, found in shares(answers).items()
@@ -105,16 +112,58 @@ def score_table(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 def case_table() -> pd.DataFrame:
-    """``realbugs_cases.csv``: every shipped case, its label, model, optimizer, symptom, source."""
+    """``realbugs_cases.csv``: every shipped case, its label, task kind, model, optimizer,
+    symptom, source, fidelity (data, model, code, observed, faithful), the reported and the
+    re-enacted effect, and the reference its twin is held to."""
     return pd.DataFrame(
         [
             {
                 "case": c.name,
                 "label": c.label,
+                "kind": c.kind,
                 "model": c.model,
                 "optimizer": c.optimizer,
                 "symptom": str(c.symptom),
                 "source": c.source,
+                "data": c.fidelity_data,
+                "model_fidelity": c.fidelity_model,
+                "code": c.fidelity_code,
+                "observed": c.observed,
+                "faithful": c.faithful,
+                "reported_effect": c.reported_effect,
+                "reenacted_effect": c.reenacted_effect,
+                "reference": c.reference.score,
+            }
+            for c in all_cases()
+        ]
+    )
+
+
+def faithful_names() -> list[str]:
+    """The faithful cases, by name."""
+    return [c.name for c in all_cases() if c.faithful]
+
+
+def _own(value: str) -> str:
+    return "own" if value == OWN else value.removeprefix("stand-in: ")
+
+
+def fidelity_table() -> pd.DataFrame:
+    """``realbugs.md``'s fidelity table: per case, what stands in for what, side by side
+    with the effect the source reports and the one the script re-enacts."""
+    return pd.DataFrame(
+        [
+            {
+                "case": c.name,
+                "kind": c.kind,
+                "label": c.label,
+                "faithful": "yes" if c.faithful else "",
+                "data": _own(c.fidelity_data),
+                "model": _own(c.fidelity_model),
+                "code": _own(c.fidelity_code),
+                "observed": "yes" if c.observed else "no (read from code)",
+                "reported effect": c.reported_effect,
+                "re-enacted effect": c.reenacted_effect,
             }
             for c in all_cases()
         ]
@@ -148,12 +197,16 @@ def answer_table(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown(answers: pd.DataFrame) -> str:
-    """``realbugs.md``: the suite, every diagnoser's scores on it, and every answer."""
+    """``realbugs.md``: the suite, every diagnoser's scores on it (on all cases and on the
+    faithful ones), every case's fidelity, and every answer."""
     from faultbench.reporting.report import markdown_table
 
-    cases = case_table()
+    cases = case_table()[["case", "label", "kind", "model", "optimizer", "symptom", "source"]]
     labels = ", ".join(f"{label} {n}" for label, n in counts_by_label().items())
+    kinds = ", ".join(f"{k} {n}" for k, n in cases["kind"].value_counts().sort_index().items())
     table = columns(answers)
+    faithful = faithful_names()
+    on_faithful = columns(answers[answers["case"].isin(faithful)])
     dropped = pd.DataFrame([{"case": d.name, "source": d.source, "why": d.why} for d in DROPPED])
     return "\n".join(
         [
@@ -162,13 +215,30 @@ def markdown(answers: pd.DataFrame) -> str:
             f"{len(cases)} training bugs reported in public (forum threads, Stack Overflow, "
             f"GitHub issues), each re-enacted in the reporter's style with its fixed twin "
             f"(`faultbench run --task {SUITE}`; the cases are `realbugs/cases/`). Labels: "
-            f"{labels}. The suite is a test set: no shipped diagnoser was tuned on it. "
+            f"{labels}. Task kinds: {kinds}. The suite is a test set: no shipped diagnoser "
+            "was tuned on it. "
             "Cells are shares with their 95% Wilson interval: "
             + "; ".join(f"*{c.removeprefix('real-bug ')}*: {what}" for c, what in COLUMNS.items())
             + ". Every answer: `realbugs_answers.csv`; the grid against the suite: "
             "`validity.md`.",
             "",
             markdown_table(table),
+            "",
+            f"## On the faithful cases alone ({len(faithful)})",
+            "",
+            f"A case is faithful when it uses {FAITHFUL}. The same shares on those cases "
+            "only (`realbugs_faithful.csv`):",
+            "",
+            markdown_table(on_faithful),
+            "",
+            "## Fidelity",
+            "",
+            "Per case: what stands in for the source's data, model and code (*own*: the "
+            "source's), whether the reporter saw the failure or it was read from code (then "
+            "the symptom is the suite's choice), and the effect the source reports beside "
+            "the one the script re-enacts.",
+            "",
+            markdown_table(fidelity_table()),
             "",
             "## The cases",
             "",
@@ -187,10 +257,12 @@ def markdown(answers: pd.DataFrame) -> str:
 
 
 def write(answers: pd.DataFrame, out: Path) -> list[Path]:
-    """Write ``realbugs.md`` and its CSVs (scores, cases, answers) under ``out``."""
+    """Write ``realbugs.md`` and its CSVs (scores on all cases and on the faithful ones,
+    cases, answers) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     frames = {
         "realbugs.csv": score_table(answers),
+        "realbugs_faithful.csv": score_table(answers[answers["case"].isin(faithful_names())]),
         "realbugs_cases.csv": case_table(),
         "realbugs_answers.csv": answer_table(answers),
     }

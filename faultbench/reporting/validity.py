@@ -1,19 +1,24 @@
 """The benchmark's validity: does the grid's ranking of diagnosers predict the real bugs'?
 
 Over the shipped diagnosers, the rank correlation (Kendall's tau-b and Spearman's rho,
-:mod:`scipy.stats`) between
+:mod:`scipy.stats`) between a score on the full grid and the same score on the real-bug
+suite, per form of the suite's cases:
 
-- identification on the full grid and identification on the real-bug suite's
-  known-label cases, and
-- false alarms on the grid's healthy runs and false alarms on the suite's fixed twins,
+- faulty forms: identification on the grid against identification on the cases whose
+  bug has a known label (every label the grid injects, a language model's included), and
+  the grid's detection of held-out faults against the out-of-list (``other_fault``)
+  cases' faulty forms not called healthy;
+- fixed twins: false alarms on the grid's healthy runs against false alarms on the twins;
 
-each with a percentile bootstrap interval over cases: the suite's cases are drawn
-with replacement (a case brings both its forms), the diagnosers' suite scores are
-recomputed on the draw, and so is the correlation; the grid's scores stay as
-measured (the grid is not resampled). A draw on which one side ties every diagnoser
-has no correlation: it is left out and counted. The same statistics without the
-baselines (constant and random answers) are given beside, since two anchors at the
-ends of both rankings can make a correlation by themselves.
+on all cases, then on the cases of each task kind (multiclass, regression, ...), each with
+a percentile bootstrap interval over cases (:func:`scipy.stats.bootstrap`): the suite's
+cases are drawn with replacement (a case brings both its forms), the diagnosers' suite
+scores are recomputed on the draw, and so is the correlation; the grid's scores stay as
+measured (the grid is not resampled). A draw on which one side ties every diagnoser has
+no correlation: it is left out and counted. The same statistics without the baselines
+(constant and random answers) are given beside, since two anchors at the ends of both
+rankings can make a correlation by themselves. Beside them, each diagnoser's suite shares
+per kind with their Wilson intervals (:mod:`faultbench.scoring.stats`).
 
 Then the cases on which grid and suite disagree most: per case and form, the mean over
 diagnosers of what the grid promises (a diagnoser's full-grid recall of the case's
@@ -26,8 +31,9 @@ alarms for a fixed twin) against the share of diagnosers right on the case.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +42,20 @@ from scipy import stats
 
 from faultbench.faults.fault import HEALTHY, OTHER_FAULT
 from faultbench.scoring import scores
+from faultbench.scoring.stats import BOOTSTRAP_REPS, BOOTSTRAP_SEED, CONFIDENCE, wilson
 from faultbench.training.monitor import DEFAULT_EVERY
 
-REPS = 2000  # bootstrap draws of the cases
-SEED = 20250131  # the bootstrap's seed: the intervals are the same on every machine
-LEVEL = 0.95  # the intervals' coverage
-#: (name, grid column, suite score) of the two rankings compared.
+# the statistics module's draws, seed and coverage: the intervals are the same on every machine
+REPS = BOOTSTRAP_REPS  # bootstrap draws of the cases
+SEED = BOOTSTRAP_SEED
+LEVEL = CONFIDENCE  # the intervals' coverage
+ALL = "all"  # the kind column's value for statistics over every case
+MIN_CASES = 3  # a kind's measure is correlated only over at least this many cases
+#: (name, form, grid column, suite score) of the rankings compared.
 MEASURES = (
-    ("identification", "identification", "identification on known-label cases"),
-    ("false_alarms", "false_alarms", "false alarms on fixed twins"),
+    ("identification", "faulty", "identification", "identification on known-label cases"),
+    ("out_of_list", "faulty", "not_healthy", "out-of-list cases not called healthy"),
+    ("false_alarms", "fixed", "false_alarms", "false alarms on fixed twins"),
 )
 
 
@@ -121,6 +132,7 @@ class SuiteMatrix:
     diagnosers: tuple[str, ...]
     cases: tuple[str, ...]
     labels: tuple[str, ...]  # each case's label
+    kinds: tuple[str, ...]  # each case's task kind
     named: np.ndarray  # faulty form answered with the case's label (status ok)
     detected: np.ndarray  # faulty form answered, not healthy
     alarmed: np.ndarray  # fixed twin answered, not healthy (a false alarm)
@@ -128,25 +140,70 @@ class SuiteMatrix:
 
     @property
     def known(self) -> np.ndarray:
-        """Which cases carry one of the nine known labels."""
+        """Which cases carry a known label (any the grid injects: not ``other_fault``)."""
         return np.array([label != OTHER_FAULT for label in self.labels])
+
+    def _mean(self, values: np.ndarray, take: np.ndarray) -> np.ndarray:
+        if not len(take):
+            return np.full(len(self.diagnosers), np.nan)
+        return values[:, take].mean(axis=1)
+
+    def _take(self, draw: np.ndarray | None) -> np.ndarray:
+        return np.arange(len(self.cases)) if draw is None else np.asarray(draw)
 
     def identification(self, draw: np.ndarray | None = None) -> np.ndarray:
         """Per diagnoser: share of the (drawn) known-label cases named correctly."""
-        take = np.arange(len(self.cases)) if draw is None else draw
-        take = take[self.known[take]]
-        return (
-            self.named[:, take].mean(axis=1) if len(take) else np.full(len(self.diagnosers), np.nan)
-        )
+        take = self._take(draw)
+        return self._mean(self.named, take[self.known[take]])
+
+    def out_of_list(self, draw: np.ndarray | None = None) -> np.ndarray:
+        """Per diagnoser: share of the (drawn) out-of-list cases not called healthy."""
+        take = self._take(draw)
+        return self._mean(self.detected, take[~self.known[take]])
 
     def false_alarms(self, draw: np.ndarray | None = None) -> np.ndarray:
         """Per diagnoser: share of the (drawn) cases' fixed twins called anything else."""
-        take = np.arange(len(self.cases)) if draw is None else draw
-        return self.alarmed[:, take].mean(axis=1)
+        return self._mean(self.alarmed, self._take(draw))
 
     def score(self, measure: str, draw: np.ndarray | None = None) -> np.ndarray:
-        """``identification`` or ``false_alarms`` on the (drawn) cases."""
-        return self.identification(draw) if measure == "identification" else self.false_alarms(draw)
+        """One of :data:`MEASURES`' names on the (drawn) cases."""
+        scorer = {
+            "identification": self.identification,
+            "out_of_list": self.out_of_list,
+            "false_alarms": self.false_alarms,
+        }[measure]
+        return scorer(draw)
+
+    def cases_of(self, measure: str) -> int:
+        """How many cases a measure is taken over."""
+        if measure == "identification":
+            return int(self.known.sum())
+        return int((~self.known).sum()) if measure == "out_of_list" else len(self.cases)
+
+    def of_kind(self, kind: str) -> SuiteMatrix:
+        """The same matrix on the cases of one task kind only."""
+        keep = np.array([k == kind for k in self.kinds])
+        pick = np.flatnonzero(keep)
+        return replace(
+            self,
+            cases=tuple(self.cases[j] for j in pick),
+            labels=tuple(self.labels[j] for j in pick),
+            kinds=tuple(self.kinds[j] for j in pick),
+            named=self.named[:, keep],
+            detected=self.detected[:, keep],
+            alarmed=self.alarmed[:, keep],
+            quiet=self.quiet[:, keep],
+        )
+
+
+def case_kinds(answers: pd.DataFrame) -> dict[str, str]:
+    """Each case's task kind: the answers' ``task_kind`` column, else the suite's own case."""
+    if "task_kind" in answers:
+        first = answers.drop_duplicates("case")
+        return dict(zip(first["case"], first["task_kind"], strict=True))
+    from faultbench.realbugs import get_case
+
+    return {case: get_case(case).kind for case in dict.fromkeys(answers["case"])}
 
 
 def suite_matrix(answers: pd.DataFrame, diagnosers: Sequence[str]) -> SuiteMatrix:
@@ -175,7 +232,9 @@ def suite_matrix(answers: pd.DataFrame, diagnosers: Sequence[str]) -> SuiteMatri
             f"diagnosers {missing} did not answer both forms of all {len(cases)} cases"
         )
     labels = tuple(str(first.loc[c, "label"]) for c in cases)
-    return SuiteMatrix(tuple(diagnosers), cases, labels, named, detected, alarmed, quiet)
+    kind_of = case_kinds(answers)
+    kinds = tuple(kind_of[c] for c in cases)
+    return SuiteMatrix(tuple(diagnosers), cases, labels, kinds, named, detected, alarmed, quiet)
 
 
 def correlations(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -192,7 +251,9 @@ def correlations(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 class Statistic:
     """One correlation with its bootstrap interval."""
 
-    statistic: str  # e.g. "identification kendall_tau"
+    statistic: str  # e.g. "identification kendall_tau", "false_alarms spearman_rho [binary]"
+    form: str  # the suite's form it reads: faulty or fixed
+    kind: str  # the cases' task kind, or "all"
     diagnosers: int  # how many diagnosers were ranked
     cases: int  # cases the suite side was measured on
     value: float  # on the suite as shipped
@@ -209,6 +270,8 @@ class Statistic:
 
         return {
             "statistic": self.statistic,
+            "form": self.form,
+            "kind": self.kind,
             "diagnosers": self.diagnosers,
             "cases": self.cases,
             "value": fmt(self.value),
@@ -219,6 +282,16 @@ class Statistic:
         }
 
 
+def _interval(drawn: np.ndarray) -> tuple[float, float, int]:
+    """The percentile interval of the draws with a correlation, and how many there were."""
+    defined = drawn[~np.isnan(drawn)]
+    if not len(defined):
+        return math.nan, math.nan, 0
+    tail = 100 * (1 - LEVEL) / 2
+    low, high = np.percentile(defined, [tail, 100 - tail])
+    return float(low), float(high), len(defined)
+
+
 def bootstrap(
     grid: pd.DataFrame,
     suite: SuiteMatrix,
@@ -226,38 +299,73 @@ def bootstrap(
     reps: int = REPS,
     seed: int = SEED,
     suffix: str = "",
+    kind: str = ALL,
 ) -> list[Statistic]:
-    """Tau and rho for each of :data:`MEASURES`, with percentile intervals over case draws."""
-    rng = np.random.default_rng(seed)
+    """Tau and rho for each of :data:`MEASURES` that has cases, with percentile intervals
+    over draws of the cases (:func:`scipy.stats.bootstrap`; the draws of one seed are the
+    same for every measure, and a draw without a correlation is left out and counted:
+    hence scipy's distribution of draws here, where :func:`faultbench.scoring.stats.bootstrap`
+    gives only the interval)."""
     n = len(suite.cases)
-    draws = rng.integers(0, n, size=(reps, n))
     out = []
-    for measure, column, _ in MEASURES:
+    for measure, form, column, _ in MEASURES:
+        cases = suite.cases_of(measure)
+        if cases < (1 if kind == ALL else MIN_CASES):
+            continue
         x = grid.loc[list(suite.diagnosers), column].to_numpy(dtype=float)
         tau, rho = correlations(x, suite.score(measure))
-        taus, rhos = np.full(reps, np.nan), np.full(reps, np.nan)
-        for k in range(reps):
-            taus[k], rhos[k] = correlations(x, suite.score(measure, draws[k]))
-        cases = int(suite.known.sum()) if measure == "identification" else n
-        for kind, value, drawn in (("kendall_tau", tau, taus), ("spearman_rho", rho, rhos)):
-            defined = drawn[~np.isnan(drawn)]
-            tail = 100 * (1 - LEVEL) / 2
-            low, high = (
-                np.percentile(defined, [tail, 100 - tail]) if len(defined) else (math.nan, math.nan)
-            )
+
+        def statistic(draw: np.ndarray, x: np.ndarray = x, measure: str = measure) -> np.ndarray:
+            return np.array(correlations(x, suite.score(measure, draw)))
+
+        with warnings.catch_warnings():  # undefined draws are counted below, not warned of
+            warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+            drawn = stats.bootstrap(
+                (np.arange(n),),
+                statistic,
+                n_resamples=reps,
+                vectorized=False,
+                method="percentile",
+                rng=np.random.default_rng(seed),
+            ).bootstrap_distribution
+        for k, (name, value) in enumerate((("kendall_tau", tau), ("spearman_rho", rho))):
+            low, high, defined = _interval(drawn[k])
+            label = f"{measure} {name}{suffix}" + ("" if kind == ALL else f" [{kind}]")
             out.append(
                 Statistic(
-                    f"{measure} {kind}{suffix}",
+                    label,
+                    form,
+                    kind,
                     len(suite.diagnosers),
                     cases,
                     value,
-                    float(low),
-                    float(high),
-                    len(defined),
-                    reps - len(defined),
+                    low,
+                    high,
+                    defined,
+                    reps - defined,
                 )
             )
     return out
+
+
+def kind_shares(suite: SuiteMatrix) -> pd.DataFrame:
+    """Per task kind and diagnoser: each measure's suite share with its Wilson interval."""
+    rows = []
+    for kind in sorted(set(suite.kinds)):
+        part = suite.of_kind(kind)
+        for i, name in enumerate(part.diagnosers):
+            row: dict[str, object] = {"kind": kind, "diagnoser": name}
+            for measure, values, take in (
+                ("identification", part.named, part.known),
+                ("out_of_list", part.detected, ~part.known),
+                ("false_alarms", part.alarmed, np.ones(len(part.cases), dtype=bool)),
+            ):
+                share = wilson(int(values[i, take].sum()), int(take.sum()))
+                row[f"{measure}_hits"], row[f"{measure}_n"] = share.hits, share.n
+                row[measure] = share.value
+                row[f"{measure}_low"], row[f"{measure}_high"] = share.low, share.high
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def disagreements(grid: pd.DataFrame, suite: SuiteMatrix) -> pd.DataFrame:
@@ -265,7 +373,9 @@ def disagreements(grid: pd.DataFrame, suite: SuiteMatrix) -> pd.DataFrame:
     suite gives (share of diagnosers right), and the gap, largest first."""
     rows = []
     grid = grid.loc[list(suite.diagnosers)]
-    for j, (case, label) in enumerate(zip(suite.cases, suite.labels, strict=True)):
+    for j, (case, label, kind) in enumerate(
+        zip(suite.cases, suite.labels, suite.kinds, strict=True)
+    ):
         if label == OTHER_FAULT:
             promised, given = grid["not_healthy"], suite.detected[:, j]
             what = "held-out detection (not healthy)"
@@ -286,6 +396,7 @@ def disagreements(grid: pd.DataFrame, suite: SuiteMatrix) -> pd.DataFrame:
             rows.append(
                 {
                     "case": case,
+                    "kind": kind,
                     "form": form,
                     "label": label if form == "faulty" else HEALTHY,
                     "grid promises": grid_mean,
@@ -300,26 +411,40 @@ def disagreements(grid: pd.DataFrame, suite: SuiteMatrix) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
+@dataclass(frozen=True)
+class Validity:
+    """What :func:`measure` finds, as the tables ``validity.*`` are written from."""
+
+    statistics: pd.DataFrame  # every correlation (per form, per kind) with its interval
+    points: pd.DataFrame  # per diagnoser: grid and suite scores, the scatter's points
+    gaps: pd.DataFrame  # per case and form: grid's promise against the suite's result
+    kinds: pd.DataFrame  # per kind and diagnoser: suite shares with Wilson intervals
+    known_labels: Mapping[str, int]  # the known-label cases, counted by label
+    case_kinds: Mapping[str, int]  # the cases, counted by task kind
+
+
 def measure(
     grid: pd.DataFrame,
     answers: pd.DataFrame,
     *,
     reps: int = REPS,
     seed: int = SEED,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The statistics, the per-diagnoser points and the per-case gaps.
-
-    Ranks the diagnosers present on both sides (in the grid's order).
-    """
+) -> Validity:
+    """The statistics over all cases and per kind, the per-diagnoser points, the per-case
+    gaps and the per-kind shares. Ranks the diagnosers present on both sides (in the grid's
+    order)."""
     names = [d for d in grid.index if d in set(answers["diagnoser"])]
     suite = suite_matrix(answers, names)
-    found = bootstrap(grid, suite, reps=reps, seed=seed)
     real = [d for d in names if not is_baseline(d)]
+    found = bootstrap(grid, suite, reps=reps, seed=seed)
     if len(real) < len(names):
         found += bootstrap(
             grid, suite_matrix(answers, real), reps=reps, seed=seed, suffix=" (no baselines)"
         )
-    statistics = pd.DataFrame([s.row() for s in found])
+    for kind in sorted(set(suite.kinds)):
+        found += bootstrap(grid, suite.of_kind(kind), reps=reps, seed=seed, kind=kind)
+    order = {form: i for i, form in enumerate(("faulty", "fixed"))}
+    found.sort(key=lambda s: (order[s.form], s.kind != ALL, s.kind))
     points = pd.DataFrame(
         {
             "diagnoser": names,
@@ -330,4 +455,12 @@ def measure(
             "suite false alarms": suite.false_alarms(),
         }
     )
-    return statistics, points, disagreements(grid, suite)
+    labels = [label for label, known in zip(suite.labels, suite.known, strict=True) if known]
+    return Validity(
+        pd.DataFrame([s.row() for s in found]),
+        points,
+        disagreements(grid, suite),
+        kind_shares(suite),
+        {label: labels.count(label) for label in dict.fromkeys(sorted(labels))},
+        {kind: suite.kinds.count(kind) for kind in sorted(set(suite.kinds))},
+    )

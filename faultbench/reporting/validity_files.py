@@ -1,9 +1,11 @@
 """``results/validity.*``: the statistics of :mod:`faultbench.reporting.validity`, written.
 
-``validity.md``, ``validity.csv`` (the statistics, keyed by ``statistic`` for the
-paper), ``validity_diagnosers.csv`` (the points), ``validity_cases.csv`` (every case
-and form's gap) and ``validity.png`` (the scatter, one point per diagnoser) are
-written with stable bytes: the same runs give the same files on every machine.
+``validity.md``, ``validity.csv`` (the statistics per form and kind, keyed by
+``statistic`` for the paper), ``validity_diagnosers.csv`` (the points),
+``validity_kinds.csv`` (each diagnoser's suite shares per kind, with Wilson intervals),
+``validity_cases.csv`` (every case and form's gap) and ``validity.png`` (the scatter, one
+point per diagnoser) are written with stable bytes: the same runs give the same files on
+every machine.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from faultbench.reporting.validity import LEVEL, MEASURES, REPS, SEED, measure
+from faultbench.reporting.validity import (
+    ALL,
+    LEVEL,
+    MEASURES,
+    MIN_CASES,
+    REPS,
+    SEED,
+    Validity,
+    measure,
+)
 
 TOP = 8  # disagreements shown in validity.md, per form
 
@@ -22,19 +33,38 @@ def _fmt(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.apply(lambda col: col.map(lambda v: f"{v:.3f}" if isinstance(v, float) else v))
 
 
-def markdown(
-    statistics: pd.DataFrame, points: pd.DataFrame, gaps: pd.DataFrame, *, source: str
-) -> str:
-    """``validity.md``."""
-    from faultbench.reporting.report import markdown_table
-
+def _statistics_table(statistics: pd.DataFrame) -> pd.DataFrame:
     shown = statistics.copy()
     shown["95% interval"] = [
         "n/a" if not low else f"[{low}, {high}]" for low, high in zip(shown["low"], shown["high"])
     ]
-    shown = shown[
-        ["statistic", "diagnosers", "cases", "value", "95% interval", "reps", "undefined"]
+    return shown[
+        ["statistic", "kind", "diagnosers", "cases", "value", "95% interval", "reps", "undefined"]
     ]
+
+
+def _kind_matrix(kinds: pd.DataFrame, measure_: str) -> pd.DataFrame:
+    """Diagnosers by kind: the suite's share on that kind, with its hits out of n."""
+    cells = kinds.assign(
+        cell=[
+            "n/a" if not n else f"{v:.2f} ({h}/{n})"
+            for v, h, n in zip(
+                kinds[measure_], kinds[f"{measure_}_hits"], kinds[f"{measure_}_n"], strict=True
+            )
+        ]
+    )
+    return cells.pivot(index="diagnoser", columns="kind", values="cell").reset_index()
+
+
+def markdown(found: Validity, *, source: str) -> str:
+    """``validity.md``."""
+    from faultbench.reporting.report import markdown_table
+
+    stats_ = found.statistics
+    by_form = {form: stats_[stats_["form"] == form] for form in ("faulty", "fixed")}
+    known = ", ".join(f"{label} {n}" for label, n in found.known_labels.items())
+    kinds = ", ".join(f"{kind} {n}" for kind, n in found.case_kinds.items())
+    gaps = found.gaps
     faulty = _fmt(gaps[gaps["form"] == "faulty"].head(TOP))
     fixed = _fmt(gaps[gaps["form"] == "fixed"].head(TOP))
     return "\n".join(
@@ -42,23 +72,48 @@ def markdown(
             "# Does the grid predict real bugs?",
             "",
             "Over the shipped diagnosers, the rank correlation between their scores on the "
-            f"full grid ({source}) and on the real-bug suite (`realbugs.md`): identification "
-            "on the grid against identification on the suite's known-label cases, and false "
-            "alarms on the grid's healthy runs against false alarms on the suite's fixed "
-            "twins. Kendall's tau-b and Spearman's rho, each with a "
-            f"{LEVEL:.0%} percentile bootstrap interval over the suite's cases ({REPS} draws "
-            f"of the cases with replacement, seed {SEED}; the grid's scores are held as "
-            "measured). *undefined*: draws on which one side tied every diagnoser (no "
-            "correlation), left out. *(no baselines)*: the same without the constant and "
-            "random baselines, which sit at the ends of both rankings.",
+            f"full grid ({source}) and on the real-bug suite (`realbugs.md`), per form of the "
+            "suite's cases. Faulty forms: identification on the grid against identification "
+            "on the suite's known-label cases, and the grid's detection of held-out faults "
+            "against the out-of-list cases not called healthy. Fixed twins: false alarms on "
+            "the grid's healthy runs against false alarms on the twins. Each over every case "
+            f"(kind `{ALL}`), then over the cases of each task kind that has at least "
+            f"{MIN_CASES} for it. Kendall's tau-b and Spearman's rho, each with a "
+            f"{LEVEL:.0%} percentile bootstrap interval over the suite's cases "
+            f"(scipy.stats.bootstrap, {REPS} draws of the cases with replacement, seed {SEED}; "
+            "the grid's scores are held as measured). *undefined*: draws on which one side "
+            "tied every diagnoser (no correlation), left out. *(no baselines)*: the same "
+            "without the constant and random baselines, which sit at the ends of both "
+            "rankings.",
             "",
-            markdown_table(shown),
+            f"Known-label cases, by label: {known}. Cases by task kind: {kinds}.",
+            "",
+            "## Faulty forms",
+            "",
+            markdown_table(_statistics_table(by_form["faulty"])),
+            "",
+            "## Fixed twins",
+            "",
+            markdown_table(_statistics_table(by_form["fixed"])),
             "",
             "## The diagnosers",
             "",
-            markdown_table(_fmt(points)),
+            markdown_table(_fmt(found.points)),
             "",
             "![grid against real bugs, one point per diagnoser](validity.png)",
+            "",
+            "## The suite per kind",
+            "",
+            "Each diagnoser's share on the cases of each kind, with hits out of cases (95% "
+            "Wilson intervals: `validity_kinds.csv`).",
+            "",
+            "Identification (known-label cases' faulty forms named correctly):",
+            "",
+            markdown_table(_kind_matrix(found.kinds, "identification")),
+            "",
+            "False alarms (fixed twins called anything but healthy):",
+            "",
+            markdown_table(_kind_matrix(found.kinds, "false_alarms")),
             "",
             f"## Where grid and suite disagree most (top {TOP} per form; all: "
             "`validity_cases.csv`)",
@@ -90,7 +145,8 @@ def figure(points: pd.DataFrame, statistics: pd.DataFrame, path: Path) -> Path:
 
     values = dict(zip(statistics["statistic"], statistics["value"], strict=True))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
-    for ax, (measure_, _, suite_name) in zip(axes, MEASURES, strict=True):
+    shown = [m for m in MEASURES if m[0] in ("identification", "false_alarms")]
+    for ax, (measure_, _, _, suite_name) in zip(axes, shown, strict=True):
         words = measure_.replace("_", " ")
         x, y = points[f"grid {words}"], points[f"suite {words}"]
         ax.plot([0, 1], [0, 1], color="0.8", lw=1, zorder=0)
@@ -176,18 +232,19 @@ def write(
     reps: int = REPS,
     seed: int = SEED,
 ) -> list[Path]:
-    """Write ``validity.md``, its three CSVs and ``validity.png`` under ``out``."""
-    statistics, points, gaps = measure(grid, answers, reps=reps, seed=seed)
+    """Write ``validity.md``, its four CSVs and ``validity.png`` under ``out``."""
+    found = measure(grid, answers, reps=reps, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     frames = {
-        "validity.csv": statistics,
-        "validity_diagnosers.csv": _fmt(points),
-        "validity_cases.csv": _fmt(gaps),
+        "validity.csv": found.statistics,
+        "validity_diagnosers.csv": _fmt(found.points),
+        "validity_kinds.csv": _fmt(found.kinds),
+        "validity_cases.csv": _fmt(found.gaps),
     }
     written = []
     for name, frame in frames.items():
         frame.to_csv(out / name, index=False, lineterminator="\n")
         written.append(out / name)
-    (out / "validity.md").write_text(markdown(statistics, points, gaps, source=source))
-    written.append(figure(points, statistics, out / "validity.png"))
+    (out / "validity.md").write_text(markdown(found, source=source))
+    written.append(figure(found.points, found.statistics, out / "validity.png"))
     return [out / "validity.md", *written]

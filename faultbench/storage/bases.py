@@ -30,6 +30,7 @@ from faultbench.storage.store import Store
 from faultbench.tasks.design import Design
 from faultbench.tasks.task import Task
 from faultbench.training.engine import Engine
+from faultbench.training.trace import Trace
 
 VAL_SHARE = 0.9  # a base validates at least this share of the reference recipe's accuracy
 LOSS_FALL = 0.8  # and its loss ends below this share of where it started
@@ -60,16 +61,27 @@ def healthy_verdict(record: RunRecord, reference_acc: float) -> str:
     """Why the healthy run ``record`` is not healthy by :data:`CRITERION`, or "" when it is."""
     if not record.ok or record.trace is None:
         return f"training failed: {record.error.splitlines()[0] if record.error else '?'}"
-    loss = record.trace.loss
+    return trace_verdict(record.trace, reference_acc)
+
+
+def trace_verdict(trace: Trace, reference: float) -> str:
+    """Why a trace is not healthy by :data:`CRITERION` against ``reference`` (the task
+    metric a reasonable model reaches on the same data), or "" when it is.
+
+    The one healthy bar of the benchmark: a drawn base of the grid passes it against its
+    task's reference recipe, a real bug's fixed twin against its case's stated reference
+    (:mod:`faultbench.realbugs`). The metric read is the last evaluation's ``val_acc``.
+    """
+    loss = trace.loss
     if not np.all(np.isfinite(loss)):
         return "a loss is not finite"
     tenth = max(1, len(loss) // 10)
     first, last = float(loss[:tenth].mean()), float(loss[-tenth:].mean())
     if not last < LOSS_FALL * first:
         return f"the loss did not fall ({first:.3f} -> {last:.3f})"
-    val = float(record.trace.val_acc[-1]) if len(record.trace.val_acc) else math.nan
-    if not val >= VAL_SHARE * reference_acc:
-        return f"validation accuracy {val:.3f} < {VAL_SHARE} x reference {reference_acc:.3f}"
+    val = float(trace.val_acc[-1]) if len(trace.val_acc) else math.nan
+    if not val >= VAL_SHARE * reference:
+        return f"validation accuracy {val:.3f} < {VAL_SHARE} x reference {reference:.3f}"
     return ""
 
 

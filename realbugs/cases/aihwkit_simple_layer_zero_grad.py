@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = "https://github.com/IBM/aihwkit/issues/446"
 REPORTED = (
@@ -20,11 +20,27 @@ MODEL = "linear"
 OPTIMIZER = "SGD"
 DATA = (
     "The example's own two input rows and two-column targets; a digital nn.Linear(4, 2) stands "
-    "in for the analog layer (AnalogLinear) and plain SGD for AnalogSGD at the same rate."
+    "in for the analog layer (AnalogLinear) and plain SGD for AnalogSGD at the same rate, for "
+    "500 iterations rather than the example's 100, so that the fixed twin fits the two rows "
+    "(R² 0.93; at 100 it reaches 0.40). The fit is measured on the two rows themselves."
 )
-SYMPTOM = Symptom("loss_rebound", above=2.0)  # the loss ends at over twice its lowest level
+SYMPTOM = Symptom("loss_ratio", above=0.5)  # the loss does not keep falling: it rises again
 SEED = 0
-EPOCHS = 100
+KIND = "regression"
+REFERENCE = Reference(1.0, "least squares: a linear map fits the two rows exactly (R² 1.000)")
+FIDELITY_DATA = OWN
+FIDELITY_MODEL = "stand-in: a digital nn.Linear for the analog AnalogLinear"
+FIDELITY_CODE = "stand-in: plain SGD for AnalogSGD at the same rate"
+REPORTED_EFFECT = (
+    "over 10 iterations the loss falls from 1.03 to 0.06 and rises again to 0.87; with "
+    "zero_grad it falls to 0.02"
+)
+REENACTED_EFFECT = (
+    "over 500 iterations the loss falls and rises again, ending at 1.06 of its start (R² -1.18); "
+    "the twin's ends at 0.02 of its start (R² 0.93)"
+)
+OBSERVED = True
+EPOCHS = 500
 
 
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
@@ -40,7 +56,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = nn.MSELoss()
-    monitor = Monitor(model, opt, every=1)
+    monitor = Monitor(model, opt, every=1, kind=KIND)
     for _epoch in range(epochs):
         for xb, yb in monitor.batches([(x, y)]):
             if fixed:
@@ -50,4 +66,5 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             opt.step()
             monitor.step(loss)
+    kit.log_scores(monitor, model, kind=KIND, train=(x, y))
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=x, y=y)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import Reference, Symptom, kit
 
 SOURCE = "https://github.com/alex-matton/causal-transformer-decoder/issues/1"
 REPORTED = (
@@ -28,7 +28,23 @@ DATA = (
 )
 SYMPTOM = Symptom("train_val_gap", above=0.2)  # copies in training, cannot at inference
 SEED = 0
-EPOCHS = 8
+KIND = "next_token"
+REFERENCE = Reference(
+    0.37,
+    ("the chain's own best guess (each token's most likely successor) on the validation sequences"),
+)
+FIDELITY_DATA = "stand-in: a 16-token Markov chain for the user's targets"
+FIDELITY_MODEL = "stand-in: a 2-layer nn.TransformerEncoder used as a decoder"
+FIDELITY_CODE = "stand-in: a plain teacher-forcing loop with Adam at 1e-3"
+REPORTED_EFFECT = (
+    "none given: the trained model performs 'terribly', as if it learned to copy the future tokens"
+)
+REENACTED_EFFECT = (
+    "next-token accuracy 0.497 in training against 0.234 at inference (gap 0.26); the twin "
+    "reaches 0.368 of the chain's best 0.370"
+)
+OBSERVED = True
+EPOCHS = 6
 VOCAB, LENGTH, WIDTH = 16, 16, 32
 
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = "https://github.com/spro/practical-pytorch/issues/9"
 REPORTED = (
@@ -28,6 +28,19 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_ratio", above=0.9)  # the loss does not diminish
 SEED = 0
+KIND = "multiclass"
+REFERENCE = Reference(
+    1.0, "the rule that made the data: each made-up language's two-letter ending (1.000)"
+)
+FIDELITY_DATA = "stand-in: names from 6 made-up languages for the 18 languages' name lists"
+FIDELITY_MODEL = OWN
+FIDELITY_CODE = OWN
+REPORTED_EFFECT = "none given: the loss is big and goes up and down without diminishing"
+REENACTED_EFFECT = (
+    "the loss ends at 0.995 of its start, validation accuracy 0.295; the twin's loss ends at "
+    "0.49 and it validates at 1.000"
+)
+OBSERVED = True
 EPOCHS = 1  # one pass over the names
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 LANGUAGES = 6

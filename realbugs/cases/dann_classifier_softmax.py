@@ -22,6 +22,17 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_ratio", above=0.5)  # the loss does not even halve
 SEED = 0
+KIND = "multiclass"
+REFERENCE = kit.DIGITS_REFERENCE
+FIDELITY_DATA = "stand-in: digits for MNIST"
+FIDELITY_MODEL = "stand-in: the label classifier alone, at digit size"
+FIDELITY_CODE = "stand-in: the classifier's loss alone (no domain discriminator)"
+REPORTED_EFFECT = "none given: the softmax makes the model hard to train"
+REENACTED_EFFECT = (
+    "the loss ends at 0.77 of its start, validation accuracy 0.758; the twin's loss ends at "
+    "0.008 and it validates at 0.989"
+)
+OBSERVED = True
 EPOCHS = 5
 
 

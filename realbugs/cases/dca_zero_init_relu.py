@@ -26,7 +26,20 @@ DATA = (
 )
 SYMPTOM = Symptom("relu_inactive", above=0.99)  # every ReLU unit outputs 0
 SEED = 0
-EPOCHS = 6
+KIND = "multiclass"
+REFERENCE = kit.DIGITS_REFERENCE
+FIDELITY_DATA = "stand-in: digits read as 4 layer outputs of 16 values for the token stream"
+FIDELITY_MODEL = (
+    "stand-in: the aggregator and a linear head for the deep-cross-attention transformer"
+)
+FIDELITY_CODE = "stand-in: a plain classification loop with Adam at 1e-3"
+REPORTED_EFFECT = "none given: the aggregator's output is 0 and never moves (read from the code)"
+REENACTED_EFFECT = (
+    "every ReLU unit outputs 0 (share 1.0) and validation accuracy is 0.078; the twin's share "
+    "is 0.33 and it validates at 0.916"
+)
+OBSERVED = False
+EPOCHS = 10
 LAYERS, DIM = 4, 16
 
 

@@ -21,10 +21,26 @@ OPTIMIZER = "SGD"
 DATA = (
     "scikit-learn's digits (8x8, 10 classes) stand in for MNIST; one client trains the "
     "repository's MLP (input, 200 hidden, dropout, 10 outputs) with its local update "
-    "(SGD at 0.01, momentum 0.5), no federated averaging."
+    "(momentum 0.5, batches of 10), no federated averaging, at SGD 0.1 rather than the "
+    "repository's 0.01: 720 steps at ten times the rate stand in for the 3,000 local steps "
+    "of its 10 rounds, so the faulty form ends as far below its twin as reported."
 )
-SYMPTOM = Symptom("final_val_acc", below=0.85)  # markedly below what the same MLP reaches
+SYMPTOM = Symptom("final_val_acc", below=0.92)  # markedly below what the same MLP reaches
 SEED = 0
+KIND = "multiclass"
+REFERENCE = kit.DIGITS_REFERENCE
+FIDELITY_DATA = "stand-in: digits for MNIST"
+FIDELITY_MODEL = "stand-in: the repository's MLP at digit width (64-200-10)"
+FIDELITY_CODE = (
+    "stand-in: one client's local update at SGD 0.1 for the repository's 0.01, no averaging: "
+    "720 steps at ten times the rate stand in for the 3,000 local steps of its 10 rounds"
+)
+REPORTED_EFFECT = "about 90% accuracy on MNIST with the softmax, 95% without"
+REENACTED_EFFECT = (
+    "0.886 validation accuracy with the softmax against 0.981 without (the loss ends at 0.73 "
+    "of its start against 0.13)"
+)
+OBSERVED = True
 EPOCHS = 5
 
 
@@ -56,10 +72,8 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
 
     net = make_model()
     loss_func = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.5)
-    ldr_train = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(X_train, y_train), batch_size=10, shuffle=True
-    )
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.5)
+    ldr_train = kit.batches_of(torch.utils.data.TensorDataset(X_train, y_train), 10)
     monitor = Monitor(net, optimizer, every=1)
     for _iter in range(epochs):
         net.train()

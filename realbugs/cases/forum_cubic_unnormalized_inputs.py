@@ -5,7 +5,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = (
     "https://discuss.pytorch.org/t/neural-network-could-not-learn-on-this-type-of-data-why/96648/5"
@@ -24,6 +24,20 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_ratio", above=0.5)  # the loss does not even halve
 SEED = 0
+KIND = "regression"
+REFERENCE = Reference(
+    1.0,
+    (
+        "numpy's polyfit of degree 3 on the normalized inputs: the targets are exactly x**3 (R² "
+        "1.000)"
+    ),
+)
+FIDELITY_DATA = OWN
+FIDELITY_MODEL = OWN
+FIDELITY_CODE = OWN
+REPORTED_EFFECT = "none given: the network could not learn the data"
+REENACTED_EFFECT = "the loss ends at 1.000 of its start, R² -0.78; the twin's at 0.019, R² 0.992"
+OBSERVED = True
 EPOCHS = 300
 
 
@@ -55,7 +69,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.MSELoss()
-    monitor = Monitor(model, optimizer, every=1)
+    monitor = Monitor(model, optimizer, every=1, kind=KIND)
     for _epoch, (x, y) in zip(
         range(epochs), monitor.batches((input, target) for _ in range(epochs))
     ):
@@ -65,4 +79,5 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         loss.backward()
         optimizer.step()
         monitor.step(loss)
+    kit.log_scores(monitor, model, kind=KIND, train=(input, target))
     return kit.finish(monitor, make_model=make_model, loss_fn=criterion, X=input, y=target)

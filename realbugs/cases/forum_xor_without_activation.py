@@ -6,9 +6,12 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
-SOURCE = "https://discuss.pytorch.org/t/unable-to-learn-xor-representation-using-2-layers-of-multi-layered-perceptron-mlp/13287/3"
+SOURCE = (
+    "https://discuss.pytorch.org/t/unable-to-learn-xor-representation-using-2-layers-of-multi"
+    "-layered-perceptron-mlp/13287/3"
+)
 REPORTED = "A two-layer perceptron does not learn the XOR representation."
 DIAGNOSIS = (
     "Without a non-linearity between the two linear layers the model is linear, and a linear "
@@ -24,6 +27,18 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.7)  # no better than a straight line (about 0.5)
 SEED = 0
+KIND = "binary"
+REFERENCE = Reference(
+    1.0, "the rule that made the data: whether the two coordinates' signs differ (1.000)"
+)
+FIDELITY_DATA = "stand-in: noisy XOR clusters for the thread's four points"
+FIDELITY_MODEL = OWN
+FIDELITY_CODE = "stand-in: SGD at 0.5 with momentum for the thread's plain SGD"
+REPORTED_EFFECT = "none given: the perceptron does not learn XOR"
+REENACTED_EFFECT = (
+    "validation accuracy 0.525 and a flat loss (0.995 of its start); the twin reaches 1.000"
+)
+OBSERVED = True
 EPOCHS = 60
 input_dim, hidden_dim, output_dim = 2, 8, 1
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import Reference, Symptom, kit
 
 SOURCE = "https://github.com/zjunlp/HVPNeT/issues/5"
 REPORTED = (
@@ -29,6 +29,18 @@ DATA = (
 )
 SYMPTOM = Symptom("weight_change", below=1e-9, layer="fc")  # the head never moves
 SEED = 0
+KIND = "multiclass"
+REFERENCE = Reference(
+    1.0, "the rule that made the tags: each word's kind and its left neighbour's parity (1.000)"
+)
+FIDELITY_DATA = "stand-in: generated tagged sentences for Twitter-2015 NER"
+FIDELITY_MODEL = "stand-in: a BiLSTM and a linear head for BERT, the visual prefix, the CRF and fc"
+FIDELITY_CODE = "stand-in: a plain tagging loop with AdamW"
+REPORTED_EFFECT = "none given: crf and fc are never trained (read from the code)"
+REENACTED_EFFECT = (
+    "the head changes by 0 (the twin's by 17 times its size); tag accuracy 0.994 against 1.000"
+)
+OBSERVED = False
 EPOCHS = 5
 VOCAB, TAGS, LENGTH = 60, 5, 12
 

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import OWN, Reference, Symptom, kit
 
 SOURCE = "https://github.com/keras-team/keras/issues/3040"
 REPORTED = (
@@ -21,6 +21,14 @@ DATA = (
 )
 SYMPTOM = Symptom("nonfinite_loss", above=0.0)  # the loss (and the weights) become NaN
 SEED = 0
+KIND = "regression"
+REFERENCE = Reference(1.0, "least squares on x: the targets are exactly 2x (R² 1.000)")
+FIDELITY_DATA = OWN
+FIDELITY_MODEL = OWN
+FIDELITY_CODE = OWN
+REPORTED_EFFECT = "the weights become NaN within the first epoch (200 steps of one example)"
+REENACTED_EFFECT = "64% of the 200 steps' losses are not finite; the twin fits with R² 1.000"
+OBSERVED = True
 EPOCHS = 1
 
 
@@ -39,7 +47,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     model = make_model()
     sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=0)
     loss_fn = nn.MSELoss()
-    monitor = Monitor(model, sgd, every=1)
+    monitor = Monitor(model, sgd, every=1, kind=KIND)
     for _epoch in range(epochs):
         for xb, yb in monitor.batches(zip(x.split(1), y.split(1))):
             sgd.zero_grad()
@@ -47,4 +55,5 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             sgd.step()
             monitor.step(loss)
+    kit.log_scores(monitor, model, kind=KIND, train=(x, y))
     return kit.finish(monitor, make_model=make_model, loss_fn=loss_fn, X=x, y=y)

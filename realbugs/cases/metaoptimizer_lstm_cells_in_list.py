@@ -9,7 +9,8 @@ from faultbench.realbugs import Symptom, kit
 SOURCE = "https://github.com/ikostrikov/pytorch-meta-optimizer/issues/11"
 REPORTED = (
     "The MetaOptimizer's LayerNormLSTMCell modules are appended to a plain list, so their "
-    "weights are not trained; a user trying the code saw a final loss per epoch of about 4."
+    "weights are not trained (read from the code; the loss of about 4 a user quotes in the "
+    "thread was measured after the fix worked)."
 )
 DIAGNOSIS = (
     "Modules kept in a Python list are not registered as submodules, so model.parameters() "
@@ -22,12 +23,30 @@ OPTIMIZER = "Adam"
 DATA = (
     "scikit-learn's digits read as sequences (8 rows of 8 pixels) stand in for the "
     "meta-optimizer's inputs (gradient coordinates over steps); two stacked nn.LSTMCell "
-    "(not layer-normalized) between a linear input and output, as in MetaOptimizer."
+    "(not layer-normalized) between a linear input and output, as in MetaOptimizer, with "
+    "Adam at 1e-2 (the repository's 1e-3 meta-trains on another task). No failure was "
+    "observed: the symptom, accuracy below 0.7, is the suite's choice."
 )
-SYMPTOM = Symptom("final_val_acc", below=0.5)  # the model stays poor without its LSTM
+SYMPTOM = Symptom("final_val_acc", below=0.7)  # the model stays poor without its LSTM
 SEED = 0
+KIND = "multiclass"
+REFERENCE = kit.DIGITS_REFERENCE
+FIDELITY_DATA = "stand-in: digits read as 4 steps of 16 pixels for the gradient coordinates"
+FIDELITY_MODEL = (
+    "stand-in: two plain nn.LSTMCell between linear layers for the layer-normalized cells"
+)
+FIDELITY_CODE = (
+    "stand-in: a plain classification loop with Adam at 1e-2 for the meta-training at 1e-3"
+)
+REPORTED_EFFECT = (
+    "none given: the LSTM cells are never trained (read from the code; the thread's 'final "
+    "loss about 4' was measured after the fix)"
+)
+REENACTED_EFFECT = "validation accuracy 0.526 with the cells untrained against the twin's 0.919"
+OBSERVED = False
 EPOCHS = 4
 HIDDEN = 32
+STEP = 16  # pixels per time step: two rows of the 8x8 digit
 
 
 class MetaOptimizer(nn.Module):
@@ -35,7 +54,7 @@ class MetaOptimizer(nn.Module):
 
     def __init__(self, *, registered: bool) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(8, HIDDEN)
+        self.linear1 = nn.Linear(STEP, HIDDEN)
         cells = [nn.LSTMCell(HIDDEN, HIDDEN) for _ in range(2)]
         self.lstms = nn.Sequential(*cells) if registered else cells
         self.linear2 = nn.Linear(HIDDEN, 10)
@@ -54,7 +73,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     """Train on the sequences; evaluate each epoch."""
     kit.seed_everything(SEED)
     X_train, y_train, X_val, y_val = (
-        t.view(-1, 8, 8) if t.dim() == 2 else t for t in kit.digits(seed=SEED)
+        t.view(-1, 64 // STEP, STEP) if t.dim() == 2 else t for t in kit.digits(seed=SEED)
     )
 
     def make_model() -> nn.Module:
@@ -62,7 +81,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         return MetaOptimizer(registered=fixed)
 
     meta_optimizer = make_model()
-    optimizer = torch.optim.Adam(meta_optimizer.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(meta_optimizer.parameters(), lr=1e-2)
     criterion = nn.CrossEntropyLoss()
     loader = kit.batches_of(torch.utils.data.TensorDataset(X_train, y_train), 32)
     monitor = Monitor(meta_optimizer, optimizer, every=1)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import Reference, Symptom, kit
 
 SOURCE = "https://github.com/WorldCereal/presto-worldcereal/pull/9"
 REPORTED = (
@@ -30,6 +30,18 @@ DATA = (
 )
 SYMPTOM = Symptom("wait_share", above=0.5)  # most of each step waits for the batch
 SEED = 0
+KIND = "multiclass"
+REFERENCE = Reference(
+    1.0, "scikit-learn's LogisticRegression on the monthly medians (measured: 1.000)"
+)
+FIDELITY_DATA = "stand-in: generated daily reflectances for the WorldCereal rows"
+FIDELITY_MODEL = "stand-in: a one-layer transformer encoder for Presto"
+FIDELITY_CODE = "stand-in: a plain fine-tuning loop with AdamW"
+REPORTED_EFFECT = (
+    "seconds per iteration, the time in __getitem__; after the fix an epoch about 70 times faster"
+)
+REENACTED_EFFECT = "73% of each step spent waiting for the batch; the twin waits 2%"
+OBSERVED = True
 EPOCHS = 2
 BANDS, MONTHS, TYPES = 6, 12, 5
 

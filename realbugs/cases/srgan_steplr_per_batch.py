@@ -27,7 +27,21 @@ DATA = (
 )
 SYMPTOM = Symptom("loss_ratio", above=0.8)  # training stops almost at once
 SEED = 0
-EPOCHS = 8
+KIND = "multiclass"
+REFERENCE = kit.DIGITS_REFERENCE
+FIDELITY_DATA = "stand-in: digits for the image pairs"
+FIDELITY_MODEL = "stand-in: a small convolutional classifier for the generator and discriminator"
+FIDELITY_CODE = "stand-in: a classification loop with the repository's Adam and StepLR"
+REPORTED_EFFECT = (
+    "none given: the learning rate is almost 0 after a few steps and the model does not seem "
+    "to train"
+)
+REENACTED_EFFECT = (
+    "the loss ends at 0.998 of its start and validation accuracy is 0.145; the twin's loss "
+    "ends at 0.26 and it validates at 0.916"
+)
+OBSERVED = True
+EPOCHS = 6
 
 
 def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
@@ -38,13 +52,14 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     def make_model() -> nn.Module:
         torch.manual_seed(SEED)
         return nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1),
+            nn.Conv2d(1, 16, 3, padding=1),
             nn.LeakyReLU(0.2),
-            nn.Conv2d(32, 32, 3, padding=1),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
             nn.LeakyReLU(0.2),
-            nn.AdaptiveAvgPool2d(2),
+            nn.MaxPool2d(2),
             nn.Flatten(),
-            nn.Linear(128, 10),
+            nn.Linear(32 * 2 * 2, 10),
         )
 
     model = make_model()

@@ -28,6 +28,16 @@ DATA = (
 )
 SYMPTOM = Symptom("final_val_acc", below=0.5)  # the model ends knowing only the last classes
 SEED = 0
+KIND = "multiclass"
+REFERENCE = kit.DIGITS_REFERENCE
+FIDELITY_DATA = "stand-in: digits stored class by class for ImageNet's folders"
+FIDELITY_MODEL = "stand-in: a small CNN for the network"
+FIDELITY_CODE = "stand-in: a plain loop with the report's SGD parameters"
+REPORTED_EFFECT = "none given: seeing one class at a time throws the network out of its minima"
+REENACTED_EFFECT = (
+    "validation accuracy 0.237 and the loss at 0.91 of its start; the twin validates at 0.994"
+)
+OBSERVED = True
 EPOCHS = 4
 
 
@@ -44,12 +54,13 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             nn.Conv2d(1, 16, 3, padding=1),
             nn.BatchNorm2d(16),
             nn.ReLU(),
+            nn.MaxPool2d(2),
             nn.Conv2d(16, 32, 3, padding=1),
             nn.BatchNorm2d(32),
             nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
+            nn.MaxPool2d(2),
             nn.Flatten(),
-            nn.Linear(32, 10),
+            nn.Linear(32 * 2 * 2, 10),
         )
 
     model = make_model()

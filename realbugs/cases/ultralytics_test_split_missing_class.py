@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from faultbench import Monitor
-from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs import Reference, Symptom, kit
 
 SOURCE = "https://github.com/ultralytics/ultralytics/issues/13936"
 REPORTED = (
@@ -27,7 +27,19 @@ DATA = (
 )
 SYMPTOM = Symptom("train_val_gap", above=0.3)  # fits training, wrong on the shifted test labels
 SEED = 0
-EPOCHS = 12
+KIND = "multiclass"
+REFERENCE = Reference(
+    0.924, "scikit-learn's MLPClassifier (128 hidden) on the same rotated digits (measured: 0.924)"
+)
+FIDELITY_DATA = "stand-in: digits turned by 0, 90, 180 or 270 degrees for the rotated photos"
+FIDELITY_MODEL = "stand-in: a small CNN for YOLOv8x-cls"
+FIDELITY_CODE = "stand-in: a plain loop with AdamW"
+REPORTED_EFFECT = "none given: the scores are wrong because the 90 images are taken to be 180"
+REENACTED_EFFECT = (
+    "test accuracy 0.512 against a training accuracy of 0.944 (gap 0.43); the twin tests at 0.874"
+)
+OBSERVED = True
+EPOCHS = 5
 ANGLES = ["0", "90", "180", "270"]
 
 
@@ -55,12 +67,15 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         torch.manual_seed(SEED)
         return nn.Sequential(
             nn.Conv2d(1, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
             nn.SiLU(),
+            nn.MaxPool2d(2),
             nn.Conv2d(16, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
             nn.SiLU(),
-            nn.AdaptiveAvgPool2d(2),
+            nn.MaxPool2d(2),
             nn.Flatten(),
-            nn.Linear(128, len(ANGLES)),
+            nn.Linear(32 * 2 * 2, len(ANGLES)),
         )
 
     model = make_model()
@@ -71,6 +86,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
     )
     monitor = Monitor(model, optimizer, every=1)
     for _epoch in range(epochs):
+        model.train()
         for batch_x, batch_y in monitor.batches(loader):
             optimizer.zero_grad()
             preds = model(batch_x)
@@ -78,6 +94,7 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
             loss.backward()
             optimizer.step()
             monitor.step(loss, preds, batch_y)
+        model.eval()
         monitor.log_eval(
             train_acc=kit.accuracy(model, train_x, train_y),
             val_acc=kit.accuracy(model, test_x, test_y),

@@ -33,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
     _faults()
     _tasks()
     list_section()
+    _realbug_fidelity()
     _diagnosers()
     _instruments()
     registries = (FAULTS, HELD_OUT, TASKS, DIAGNOSERS, INSTRUMENTS)
@@ -137,6 +138,25 @@ def _family(task: Task) -> None:
                 initial_indent=f"{indent}{axis + ':':<15} ",
                 subsequent_indent=indent + " " * 16,
             )
+        )
+
+
+def _realbug_fidelity() -> None:
+    """Per real-bug case: its kind and label, what stands in for the source's data, model
+    and code (own: the source's), and whether the reporter saw the failure."""
+    from faultbench.realbugs import OWN, all_cases
+    from faultbench.realbugs.case import FAITHFUL
+
+    cases = all_cases()
+    faithful = sum(case.faithful for case in cases)
+    print(f"  fidelity ({faithful} of {len(cases)} faithful: {FAITHFUL}):")
+    print(f"  {'case':<44} {'kind':<15} {'label':<21} data  model code  observed")
+    for case in cases:
+        own = ["own" if v == OWN else "stand" for v in case.fidelity]
+        seen = "yes" if case.observed else "no, read from code"
+        print(
+            f"  {case.name:<44} {case.kind:<15} {case.label:<21} {own[0]:<5} {own[1]:<5} "
+            f"{own[2]:<5} {seen}"
         )
 
 
