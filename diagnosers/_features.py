@@ -135,7 +135,8 @@ def hidden_widths(run: Run) -> tuple[int, ...]:
     return tuple(run.config.layer_widths[1:-1])
 
 
-def _total_grad_norm(run: Run) -> np.ndarray:
+def total_grad_norm(run: Run) -> np.ndarray:
+    """Per recorded step: the L2 norm of the whole model's gradient."""
     norms = [np.asarray(v, dtype=np.float64) for v in run.trace.grad_norm.values()]
     if not norms:
         return np.zeros(run.trace.steps)
@@ -149,8 +150,12 @@ def _window(n: int) -> int:
 
 def grad_growth(run: Run) -> float:
     """Median gradient norm of the last tenth over that of the first tenth."""
-    g = _total_grad_norm(run)
-    g = g[np.isfinite(g)]
+    return growth_of(total_grad_norm(run))
+
+
+def growth_of(norms: np.ndarray) -> float:
+    """:func:`grad_growth` of a series of gradient norms."""
+    g = norms[np.isfinite(norms)]
     if len(g) < 6:
         return math.nan
     w = _window(len(g))
@@ -166,13 +171,52 @@ def grad_jitter_drop(run: Run) -> float:
     sum of t terms, so its relative change shrinks like 1/t: between the first
     tenth and the second half of a run, t grows at least five-fold.
     """
-    g = _total_grad_norm(run)
+    return jitter_drop_of(total_grad_norm(run))
+
+
+def jitter_drop_of(g: np.ndarray) -> float:
+    """:func:`grad_jitter_drop` of a series of gradient norms."""
     if len(g) < 20 or not np.all(np.isfinite(g)) or np.any(g <= 0):
         return math.nan
     rel = np.abs(np.diff(g)) / g[1:]
     early = float(np.median(rel[: _window(len(rel))]))
     late = float(np.median(rel[len(rel) // 2 :]))
     return late / early if early > 0 else math.nan
+
+
+def accumulation_of(norms: np.ndarray) -> float:
+    """For a series of gradient norms that grew: how many times its step noise fell (1 / the
+    jitter drop; -inf where the norm did not grow); NaN where it is too short to tell."""
+    growth, drop = growth_of(norms), jitter_drop_of(norms)
+    if math.isnan(growth) or math.isnan(drop):
+        return math.nan
+    if growth <= 1.0:
+        return -math.inf
+    return 1.0 / drop if drop > 0 else math.inf
+
+
+#: Recorded steps a statistic over them needs: fewer are one or two batches' noise (a run's
+#: first updates, or a check early in a run).
+MIN_RECORDED = 5
+
+
+def recorded_enough(run: Run) -> bool:
+    """Whether the run recorded at least :data:`MIN_RECORDED` steps of per-layer statistics."""
+    return len(run.trace.stat_steps) >= MIN_RECORDED
+
+
+def late_update_ratio(run: Run) -> dict[str, float]:
+    """Per layer: median |update| / |weights| over the later half of the recorded steps (an
+    optimizer's first updates are large against freshly initialized weights: Adam's are
+    the rate itself in every coordinate); empty with fewer than :data:`MIN_RECORDED`."""
+    if not recorded_enough(run):
+        return {}
+    out = {}
+    for name, values in run.trace.update_ratio.items():
+        late = values[len(values) // 2 :]
+        finite = late[np.isfinite(late)]
+        out[name] = float(np.median(finite)) if len(finite) else math.nan
+    return out
 
 
 def update_ratio(run: Run) -> dict[str, float]:
@@ -255,3 +299,25 @@ def restarts(lr: np.ndarray) -> int:
         elif fell and now - low >= rise:
             count, fell, low = count + 1, False, math.inf
     return count
+
+
+# -- the statistics the doctor's checks calibrate (faultbench.scoring.budget) ----------------
+
+
+def first_loss_ratio(run: Run) -> float:
+    """The first loss over the loss an untrained model starts near (:func:`ln_c`): infinite
+    for a first loss that is not finite, NaN where the kind gives no reference."""
+    first, reference = first_loss(run), ln_c(run)
+    if not math.isfinite(reference) or reference <= 0:
+        return math.nan
+    return first / reference if math.isfinite(first) else math.inf
+
+
+def evaluations(run: Run) -> int:
+    """Evaluations of the task's score the run logged (finite validation scores)."""
+    return int(np.isfinite(run.trace.val_acc).sum())
+
+
+def has_step_scores(run: Run) -> bool:
+    """Whether the run recorded a score for its batches (``Monitor.step`` got outputs)."""
+    return bool(np.isfinite(run.trace.batch_acc).any())

@@ -5,28 +5,39 @@ headline is ``rules``' answer unless a soundness check overrules a "healthy"
 one (validation that falls or ends at chance, a model that cannot memorize a
 small batch: ``not healthy``), or the run recorded no accuracy (``undecided``).
 Scored like any diagnoser, ``not healthy`` is the answer ``other_fault``
-(something is broken, none of the labels says what) and ``undecided`` abstains
-(``unknown``), so its false alarms are the headline's false alarms.
+(something is broken, none of the labels says what) and ``undecided`` is scored
+apart from right and wrong, so its false alarms are the headline's false alarms.
+
+Every check it reads, rules' and the soundness lines', is calibrated against the
+healthy drawn runs of its tuned-on tasks (:data:`STATISTICS`,
+:mod:`faultbench.scoring.budget`): their false alarms share one budget.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from faultbench.diagnosers import rules
 from faultbench.diagnosers.rules import RulesDiagnoser
-from faultbench.scoring.diagnosis import DIAGNOSERS, UNKNOWN, Diagnosis
+from faultbench.scoring import soundness
+from faultbench.scoring.budget import Statistic
+from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnosis
 from faultbench.scoring.run import Run
 from faultbench.scoring.soundness import (
     HEALTHY,
     NOT_HEALTHY,
-    UNDECIDED,
     memorize_check,
     validation_check,
     verdict_of,
 )
 
 OTHER_FAULT = "other_fault"  # faultbench.faults' answer for "broken, but none of the labels"
-AS_LABEL = {NOT_HEALTHY: OTHER_FAULT, UNDECIDED: UNKNOWN}  # a headline scored as an answer
+AS_LABEL = {NOT_HEALTHY: OTHER_FAULT}  # a headline scored as an answer
+#: Every statistic the headline reads (rules' and the soundness lines'), once each: the
+#: checks the false-alarm budget is split across.
+STATISTICS: tuple[Statistic, ...] = tuple(
+    {s.name: s for s in (*rules.STATISTICS, *soundness.STATISTICS)}.values()
+)
 
 
 @DIAGNOSERS.register("doctor")
@@ -44,7 +55,7 @@ class DoctorDiagnoser:
         """``rules``' answer, unless the soundness checks overrule a "healthy" one."""
         answer = self.rules.diagnose(run)
         if answer.label != HEALTHY:
-            return answer  # a named fault is the headline whatever the checks say
+            return answer  # a named fault (or undecided) is the headline whatever the checks say
         checks = (memorize_check(run, answer.evidence), validation_check(run))
         headline, reason = verdict_of(answer, checks, run)
         evidence: dict[str, Any] = {

@@ -3,13 +3,23 @@
 Each rule is one small function that reads the run and returns a
 :class:`Finding` (fired or not, and the numbers it compared). Passive rules
 read the trace only; when none of the decisive ones fires, a memorization
-probe (see :mod:`faultbench.diagnosers._probe`) tells a loop that cannot
+probe (:mod:`faultbench.scoring.memorize`) tells a loop that cannot
 train a working model apart from a model or loss that cannot learn.
 
 Written and tuned on digits only; its held-out score is measured on tasks it
 was not written for. ``other_fault`` (a run that plainly failed, with no rule
 to name why) was written from that principle alone, before any held-out-fault
 run was looked at.
+
+Each rule reads one number off the run (a :class:`~faultbench.scoring.budget.Statistic`)
+and fires where that number reaches the rule's principled bound *and* lies beyond what
+the healthy drawn runs of the tuned-on tasks reach at the rule's share of the
+false-alarm budget (:mod:`faultbench.scoring.budget`); its evidence says how unusual
+the value is. Where a probe is available, an alarm is raised only once the fix it
+implies was tried for a few probe steps and measurably helped
+(:mod:`faultbench.diagnosers._treatment`); otherwise the next rule is read. A run
+whose learning cannot be judged yet (a single evaluation of its score: no trend) and
+that would otherwise be called broken is ``undecided``.
 
 A sequence model's run (the trace holds per-token targets: the share counted in
 the loss) is first read by :data:`SEQUENCE`, the rules for the bugs of training
@@ -25,14 +35,19 @@ trained worse, with no signature of its own).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from faultbench.diagnosers import _features as f
-from faultbench.diagnosers._probe import RATES, Memorization, memorize
-from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnosis, finite_or_none
+from faultbench.diagnosers._treatment import TREATMENTS, Treatment, treat
+from faultbench.scoring.budget import Reading, Statistic, judge
+from faultbench.scoring.diagnosis import DIAGNOSERS, UNDECIDED, Diagnosis, finite_or_none
+from faultbench.scoring.memorize import RATES, memorize
 from faultbench.scoring.run import Run
+from faultbench.scoring.soundness import AT_CHANCE, MEMORIZATION
 
 START_FACTOR = 2.0  # sane inits start near ln C; twice that means inputs far off unit scale
 WAIT_SHARE = 0.5  # waiting more than computing: the loader is the bottleneck (profiler lore)
@@ -53,6 +68,7 @@ TOKEN_GAP = 0.02  # token accuracy below the exact match by this much (the exact
 # on a sample of 256 answers: about 0.03 of sampling error either way): other tokens count
 MIN_SEQUENCE_WIDTH = 16  # a language model's width is below its vocabulary by design; a layer
 # narrower than this holds no usable representation of a token
+MIN_EVALUATIONS = 2  # evaluations of the score before a run's learning can be judged: a trend
 
 
 @dataclass(frozen=True)
@@ -61,32 +77,211 @@ class Finding:
 
     fired: bool  # whether the rule's signature is present
     evidence: dict[str, Any] = field(default_factory=dict)  # the numbers it compared
+    readings: tuple[Reading, ...] = ()  # its statistics against the healthy runs
+
+
+def _found(reading: Reading, **numbers: Any) -> Finding:
+    """A rule's finding from its statistic's reading, with the numbers behind it."""
+    return Finding(reading.fired, {**numbers, "check": reading.evidence()}, (reading,))
+
+
+# -- the statistics (larger is more unusual; -inf: the rule's premise does not hold) ------
 
 
 def learned_well(run: Run) -> bool:
     """A classifier's training accuracy at least halfway from chance to perfect; on another
     kind, whose score's reachable level depends on its data (a regression's R²), the training
     loss's last tenth below :data:`LOSS_FALL` of its first tenth, the healthy bar's own test."""
+    return not NOT_LEARNED.reaches(not_learned(run))
+
+
+def not_learned(run: Run) -> float:
+    """How far the run is from having learned (> 0: it has not): a classifier's training
+    accuracy short of halfway from chance to perfect; another kind's loss fall over
+    :data:`LOSS_FALL`; infinite where it cannot be read."""
     if f.is_classes(run):
         acc = f.final_train_acc(run)
-        return math.isfinite(acc) and acc >= (1.0 + f.chance(run)) / 2
+        return (1.0 + f.chance(run)) / 2 - acc if math.isfinite(acc) else math.inf
     fell = f.loss_fell(run)
-    return math.isfinite(fell) and fell < LOSS_FALL
+    return fell - LOSS_FALL if math.isfinite(fell) else math.inf
+
+
+def unmoved_layers(run: Run) -> list[str]:
+    """Layers that ended exactly where they started though the network was alive (or that
+    received gradients: left out of the optimizer). Dead units get no gradient either, but
+    they are silent."""
+    alive = f.inactive_share(run) <= DEAD_SHARE
+    got_grad = {
+        k for k, n in run.trace.weight_count.items() if run.trace.no_grad_weights.get(k, 0) < n
+    }
+    return sorted(
+        k
+        for k in run.trace.weight_count
+        if run.trace.weight_change.get(k, math.nan) == 0.0 and (k in got_grad or alive)
+    )
+
+
+def narrowness(run: Run) -> float:
+    """A classifier's class count (a sequence model's :data:`MIN_SEQUENCE_WIDTH`) minus its
+    narrowest hidden layer's width (> 0: narrower); NaN for a kind without classes."""
+    if not f.is_classes(run):
+        return math.nan
+    widths = f.hidden_widths(run)
+    bound = MIN_SEQUENCE_WIDTH if f.is_sequence(run) else f.n_classes(run)
+    return float(bound - min(widths)) if widths else -math.inf
+
+
+def labels_at_chance(run: Run) -> float:
+    """For a run that learned its training labels: chance minus its validation score."""
+    if not learned_well(run):
+        return -math.inf
+    val = f.final_val_acc(run)
+    return f.chance(run) - val if math.isfinite(val) else math.nan
+
+
+def accumulation(run: Run) -> float:
+    """For a run whose gradient norm grew: how many times its step noise fell (1 / the
+    jitter drop); NaN where the trace is too short to tell."""
+    return f.accumulation_of(f.total_grad_norm(run))
+
+
+def largest_update(run: Run) -> float:
+    """The largest layer's median update over its weights in the later half of the run so
+    far (:func:`~faultbench.diagnosers._features.late_update_ratio`); NaN too early."""
+    if not f.recorded_enough(run):
+        return math.nan
+    ratios = [v for v in f.late_update_ratio(run).values() if math.isfinite(v)]
+    return max(ratios, default=0.0)
+
+
+def nonfinite_steps(run: Run) -> float:
+    """Steps whose loss is NaN or infinite."""
+    return float(np.sum(~np.isfinite(run.trace.loss)))
+
+
+def above_floor(run: Run) -> float:
+    """For a run that learned: its lowest loss over the floor of a loss handed
+    probabilities (NaN for a kind without such a floor)."""
+    floor = f.probability_floor(run)
+    if not math.isfinite(floor):
+        return math.nan
+    if not learned_well(run):
+        return -math.inf
+    losses = f.finite_losses(run)
+    return float(losses.min()) / floor if len(losses) else math.nan
+
+
+def summed_loss(run: Run) -> float:
+    """A sequence model's first loss over ln V, where finite (a diverged first loss is huge
+    inputs'); NaN for another run."""
+    ratio = f.first_loss_ratio(run)
+    return ratio if f.is_sequence(run) and math.isfinite(ratio) else math.nan
+
+
+def answers_missed(run: Run) -> float:
+    """For a sequence model whose teacher-forced tokens are near perfect: the share of its
+    training answers greedy decoding misses."""
+    tokens, exact = f.final_token_acc(run), f.final_train_acc(run)
+    if math.isnan(tokens) or math.isnan(exact):
+        return math.nan
+    return 1.0 - exact if tokens >= COPY_TOKENS else -math.inf
+
+
+def tokens_behind(run: Run) -> float:
+    """The answers' exact match minus the teacher-forced token accuracy."""
+    return f.final_val_acc(run) - f.final_token_acc(run)
+
+
+def _enough(run: Run, value: float) -> float:
+    """``value``, or NaN for a run too short to read a per-layer statistic off (a layer that
+    got no gradient on one batch is not dead)."""
+    return float(value) if f.recorded_enough(run) else math.nan
+
+
+def _stat(
+    name: str, read: Callable[[Run], float], bound: float, says: str, **how: bool
+) -> Statistic:
+    return Statistic(name, read, bound, how.get("per_kind", False), says, how.get("strict", False))
+
+
+FIRST_LOSS = _stat(
+    "first_loss", f.first_loss_ratio, START_FACTOR, "first loss / loss reference", strict=True
+)
+WAIT = _stat("wait_share", lambda r: r.trace.wait_share, WAIT_SHARE, "data wait share", strict=True)
+UNMOVED = _stat("unmoved_layers", lambda r: _enough(r, len(unmoved_layers(r))), 1, "unmoved layers")
+NO_GRAD = _stat(
+    "no_grad_share",
+    lambda r: _enough(r, max(f.no_grad_share(r).values(), default=0.0)),
+    DEAD_SHARE,
+    "largest share of a layer's weights never given a gradient",
+    strict=True,
+)
+NARROW = _stat("narrowness", narrowness, 1, "classes - narrowest hidden width", per_kind=True)
+LABELS = _stat("labels_at_chance", labels_at_chance, 0.0, "chance - val score", per_kind=True)
+ACCUMULATES = _stat(
+    "accumulation", accumulation, 1 / JITTER_DROP, "fall of the step noise", strict=True
+)
+UPDATES = _stat(
+    "update_ratio", largest_update, UPDATE_RATIO, "largest late median update/weight", strict=True
+)
+SPIKES = _stat(
+    "spike_share", f.spike_share, SPIKE_SHARE, "late steps over 2x the first loss", strict=True
+)
+NONFINITE = _stat("nonfinite_steps", nonfinite_steps, 1, "steps with a non-finite loss")
+FLOOR = _stat(
+    "above_floor",
+    above_floor,
+    1 - FLOOR_SLACK,
+    "lowest loss / probability floor",
+    per_kind=True,
+)
+NOT_LEARNED = _stat(
+    "not_learned",
+    not_learned,
+    0.0,
+    "short of halfway, or loss fall - 0.8",
+    per_kind=True,
+    strict=True,
+)
+PADDING = _stat(
+    "padding_counted",
+    f.padding_counted,
+    PADDING_COUNTED,
+    "padding counted in the loss",
+    per_kind=True,
+    strict=True,
+)
+FUTURE = _stat(
+    "future_attention",
+    f.future_attention,
+    FUTURE_SHARE,
+    "attention on later positions",
+    per_kind=True,
+    strict=True,
+)
+SUMMED = _stat(
+    "summed_loss", summed_loss, ACCUMULATED, "first loss / ln V", per_kind=True, strict=True
+)
+COPIES = _stat("answers_missed", answers_missed, 1 - COPY_EXACT, "answers missed", per_kind=True)
+BEHIND = _stat(
+    "tokens_behind", tokens_behind, TOKEN_GAP, "exact - token accuracy", per_kind=True, strict=True
+)
+RESTARTS = _stat("lr_restarts", lambda r: float(f.lr_restarts(r)), 1, "schedule restarts")
+
+
+# -- the rules ----------------------------------------------------------------------------
 
 
 def loss_at_start(run: Run) -> Finding:
     """huge_inputs: the untrained model's loss is far above where a sane initialization starts
     (ln C for classes, ln 2 per label, the targets' variance for a squared error), or not
     finite. Silent when the run's kind gives no such reference."""
-    first, lnc = f.first_loss(run), f.ln_c(run)
-    fired = math.isfinite(lnc) and (not math.isfinite(first) or first > START_FACTOR * lnc)
-    return Finding(fired, {"first_loss": first, "loss_reference": lnc})
+    return _found(judge(FIRST_LOSS, run), first_loss=f.first_loss(run), loss_reference=f.ln_c(run))
 
 
 def data_wait(run: Run) -> Finding:
     """starved_loader: more of each step is spent waiting for data than computing."""
-    share = run.trace.wait_share
-    return Finding(share > WAIT_SHARE, {"wait_share": share})
+    return _found(judge(WAIT, run), wait_share=run.trace.wait_share)
 
 
 def frozen_layer(run: Run) -> Finding:
@@ -96,31 +291,20 @@ def frozen_layer(run: Run) -> Finding:
     frozen with ``requires_grad=False``, it received none and never moved while
     its units fired. (Dead units get no gradient either, but they are silent.)
     """
-    alive = f.inactive_share(run) <= DEAD_SHARE
-    got_grad = {
-        k for k, n in run.trace.weight_count.items() if run.trace.no_grad_weights.get(k, 0) < n
-    }
-    frozen = sorted(
-        k
-        for k in run.trace.weight_count
-        if run.trace.weight_change.get(k, math.nan) == 0.0 and (k in got_grad or alive)
-    )
-    return Finding(
-        bool(frozen),
-        {
-            "unmoved_layers": frozen,
-            "weight_change": run.trace.weight_change,
-            "inactive_share": f.inactive_share(run),
-        },
+    return _found(
+        judge(UNMOVED, run),
+        unmoved_layers=unmoved_layers(run),
+        weight_change=run.trace.weight_change,
+        inactive_share=f.inactive_share(run),
     )
 
 
 def no_gradient(run: Run) -> Finding:
     """dead_units: more than half of a layer's weights never received a gradient."""
-    shares = f.no_grad_share(run)
-    worst = max(shares.values(), default=0.0)
-    return Finding(
-        worst > DEAD_SHARE, {"no_grad_share": shares, "inactive_share": f.inactive_share(run)}
+    return _found(
+        judge(NO_GRAD, run),
+        no_grad_share=f.no_grad_share(run),
+        inactive_share=f.inactive_share(run),
     )
 
 
@@ -130,45 +314,50 @@ def narrow_layer(run: Run) -> Finding:
     another kind has no classes to separate: its outputs are no bound on a hidden layer (an
     autoencoder's code is narrower than its output by design), so the rule stays silent and
     the memorization probe judges its capacity."""
-    widths, classes = f.hidden_widths(run), f.n_classes(run)
-    if not f.is_classes(run):
-        return Finding(False, {"hidden_widths": list(widths), "outputs": classes})
-    bound = MIN_SEQUENCE_WIDTH if f.is_sequence(run) else classes
-    fired = bool(widths) and min(widths) < bound
-    return Finding(fired, {"hidden_widths": list(widths), "n_classes": classes})
+    return _found(
+        judge(NARROW, run), hidden_widths=list(f.hidden_widths(run)), n_classes=f.n_classes(run)
+    )
 
 
 def labels_disagree(run: Run) -> Finding:
     """label_mismatch: the training labels are learned, validation is at or below chance."""
-    val = f.final_val_acc(run)
-    fired = learned_well(run) and math.isfinite(val) and val <= f.chance(run)
-    return Finding(
-        fired, {"train_acc": f.final_train_acc(run), "val_acc": val, "chance": f.chance(run)}
+    return _found(
+        judge(LABELS, run),
+        train_acc=f.final_train_acc(run),
+        val_acc=f.final_val_acc(run),
+        chance=f.chance(run),
     )
 
 
 def accumulating_gradient(run: Run) -> Finding:
     """missing_zero_grad: the gradient norm grows and its step noise dies out like a sum's."""
-    growth, drop = f.grad_growth(run), f.grad_jitter_drop(run)
-    fired = growth > 1.0 and drop < JITTER_DROP
-    return Finding(fired, {"grad_growth": growth, "jitter_drop": drop})
+    return _found(
+        judge(ACCUMULATES, run), grad_growth=f.grad_growth(run), jitter_drop=f.grad_jitter_drop(run)
+    )
 
 
 def unstable(run: Run) -> Finding:
     """lr_too_high (candidate): updates far beyond 1e-3 of the weights, spikes, or divergence."""
-    ratios, spikes, bad = f.update_ratio(run), f.spike_share(run), f.nonfinite_share(run)
-    fired = max(ratios.values(), default=0.0) > UPDATE_RATIO or spikes > SPIKE_SHARE or bad > 0
-    return Finding(fired, {"update_ratio": ratios, "spike_share": spikes, "nonfinite_share": bad})
+    readings = tuple(judge(stat, run) for stat in (UPDATES, SPIKES, NONFINITE))
+    return Finding(
+        any(r.fired for r in readings),
+        {
+            "update_ratio": f.late_update_ratio(run),
+            "spike_share": f.spike_share(run),
+            "nonfinite_share": f.nonfinite_share(run),
+            "checks": {r.check: r.evidence() for r in readings},
+        },
+        readings,
+    )
 
 
 def loss_floor(run: Run) -> Finding:
     """softmax_before_loss (candidate): the loss never went below the floor of a loss handed
     probabilities (ln(1 + (C-1)/e) for classes, softplus(-1) for labels); silent for a kind
     without such a floor."""
-    losses, floor = f.finite_losses(run), f.probability_floor(run)
+    losses = f.finite_losses(run)
     lowest = float(losses.min()) if len(losses) else math.nan
-    fired = math.isfinite(floor) and learned_well(run) and lowest >= floor * (1 - FLOOR_SLACK)
-    return Finding(fired, {"min_loss": lowest, "probability_floor": floor})
+    return _found(judge(FLOOR, run), min_loss=lowest, probability_floor=f.probability_floor(run))
 
 
 # -- sequence models -----------------------------------------------------------------
@@ -176,32 +365,28 @@ def loss_floor(run: Run) -> Finding:
 
 def padding_in_loss(run: Run) -> Finding:
     """unmasked_loss: the padding's targets count in the loss (the Monitor was given a mask)."""
-    share = f.padding_counted(run)
-    return Finding(
-        math.isfinite(share) and share > PADDING_COUNTED, {"padding_counted_share": share}
-    )
+    return _found(judge(PADDING, run), padding_counted_share=f.padding_counted(run))
 
 
 def attends_ahead(run: Run) -> Finding:
     """causal_mask_missing: attention puts weight on later positions."""
-    share = f.future_attention(run)
-    return Finding(math.isfinite(share) and share > FUTURE_SHARE, {"future_attention": share})
+    return _found(judge(FUTURE, run), future_attention=f.future_attention(run))
 
 
 def loss_multiplied(run: Run) -> Finding:
     """loss_normalization: the untrained model's loss is several times ln V (token ids cannot
     be huge inputs: the losses of several micro-batches were summed)."""
-    first, lnv = f.first_loss(run), f.ln_c(run)
-    fired = math.isfinite(first) and first > ACCUMULATED * lnv
-    return Finding(fired, {"first_loss": first, "ln_v": lnv})
+    return _found(judge(SUMMED, run), first_loss=f.first_loss(run), ln_v=f.ln_c(run))
 
 
 def copies_what_it_sees(run: Run) -> Finding:
     """labels_not_shifted: near-perfect teacher-forced tokens, yet greedy decoding writes almost
     no answer: trained to predict a token it is shown (and, attention causal, not the next)."""
-    tokens, exact = f.final_token_acc(run), f.final_train_acc(run)
-    fired = math.isfinite(tokens) and tokens >= COPY_TOKENS and exact <= COPY_EXACT
-    return Finding(fired, {"val_token_acc": tokens, "train_exact_match": exact})
+    return _found(
+        judge(COPIES, run),
+        val_token_acc=f.final_token_acc(run),
+        train_exact_match=f.final_train_acc(run),
+    )
 
 
 def tokens_behind_answers(run: Run) -> Finding:
@@ -210,16 +395,17 @@ def tokens_behind_answers(run: Run) -> Finding:
     Every answer token that greedy decoding writes right is right teacher-forced too, so the
     labels count tokens that are not the answer's: the prompt's.
     """
-    tokens, exact = f.final_token_acc(run), f.final_val_acc(run)
-    fired = math.isfinite(tokens) and math.isfinite(exact) and tokens < exact - TOKEN_GAP
-    return Finding(fired, {"val_token_acc": tokens, "val_exact_match": exact})
+    return _found(
+        judge(BEHIND, run),
+        val_token_acc=f.final_token_acc(run),
+        val_exact_match=f.final_val_acc(run),
+    )
 
 
 def restarted(run: Run) -> Finding:
     """resume_without_state: the rate's schedule starts over mid-run (it rises again after it
     had fallen), as a schedule rebuilt from a checkpoint that did not keep it does."""
-    restarts = f.lr_restarts(run)
-    return Finding(restarts > 0, {"lr_restarts": restarts})
+    return _found(judge(RESTARTS, run), lr_restarts=f.lr_restarts(run))
 
 
 #: Rules for a sequence model's run, read before the others, in the order they are trusted.
@@ -243,6 +429,30 @@ PASSIVE: tuple[tuple[str, Callable[[Run], Finding]], ...] = (
     ("missing_zero_grad", accumulating_gradient),
 )
 
+#: Every statistic rules reads, each with its share of the false-alarm budget.
+STATISTICS = (
+    FIRST_LOSS,
+    WAIT,
+    UNMOVED,
+    NO_GRAD,
+    NARROW,
+    LABELS,
+    ACCUMULATES,
+    UPDATES,
+    SPIKES,
+    NONFINITE,
+    FLOOR,
+    NOT_LEARNED,
+    AT_CHANCE,
+    PADDING,
+    FUTURE,
+    SUMMED,
+    COPIES,
+    BEHIND,
+    RESTARTS,
+    MEMORIZATION,
+)
+
 
 def failed_to_learn(run: Run) -> Finding:
     """other_fault (candidate): the run plainly did not work, whatever the reason.
@@ -251,69 +461,135 @@ def failed_to_learn(run: Run) -> Finding:
     accuracy at or below chance, is no healthy run on any task: when none of
     the nine faults' rules explains it, the honest answer is "something else".
     """
-    train, val = f.final_train_acc(run), f.final_val_acc(run)
-    fired = not learned_well(run) or (math.isfinite(val) and val <= f.chance(run))
-    return Finding(fired, {"train_acc": train, "val_acc": val, "chance": f.chance(run)})
+    short, at_chance = judge(NOT_LEARNED, run), judge(AT_CHANCE, run)
+    return Finding(
+        short.fired or at_chance.fired,
+        {
+            "train_acc": f.final_train_acc(run),
+            "val_acc": f.final_val_acc(run),
+            "chance": f.chance(run),
+            "checks": {r.check: r.evidence() for r in (short, at_chance)},
+        },
+        (short, at_chance),
+    )
 
 
-def probe_verdict(run: Run, memo: Memorization, unstable_run: bool, floor_hit: bool) -> str:
+def too_early(run: Run) -> bool:
+    """Whether the run's learning cannot be judged yet: it logged a single evaluation of its
+    score (fewer than :data:`MIN_EVALUATIONS`), so no trend shows. A loop that logs none
+    is judged on what it has (its batch scores, its loss)."""
+    return 0 < f.evaluations(run) < MIN_EVALUATIONS
+
+
+def probe_verdict(run: Run, memorized: bool, unstable_run: bool, floor_hit: bool) -> str:
     """The label once the memorization probe has run.
 
     The probe memorizes: model, data and loss work, so a failing run is its loop's
     doing (an unstable run, or one whose rate exceeds every sane rate and did not
     learn); a run that still did not learn is broken in a way no rule names
-    (``other_fault``); otherwise it is healthy. The probe fails: the output or the
-    capacity is at fault.
+    (``other_fault``), or undecided where its learning cannot be judged yet; otherwise
+    it is healthy. The probe fails: the output or the capacity is at fault.
     """
-    if memo.memorized:
+    if memorized:
         stalled = not learned_well(run) and run.config.lr > max(RATES)
-        if unstable_run or stalled:
+        if unstable_run or (stalled and not too_early(run)):
             return "lr_too_high"
-        return OTHER_FAULT if failed_to_learn(run).fired else "healthy"
+        return _failed_label(run)
     return "softmax_before_loss" if floor_hit else "too_small_model"
+
+
+def _failed_label(run: Run) -> str:
+    if not failed_to_learn(run).fired:
+        return "healthy"
+    return UNDECIDED if too_early(run) else OTHER_FAULT
 
 
 @DIAGNOSERS.register("rules")
 class RulesDiagnoser:
-    """Relative-threshold rules plus a multi-rate memorization probe."""
+    """Relative-threshold rules, calibrated against healthy runs, confirmed by treatment,
+    plus a multi-rate memorization probe."""
 
     name = "rules"
     probes = True  # retrains the run through its probe
     tuned_on: frozenset[str] | set[str] = frozenset({"digits", "numbers"})
 
     def diagnose(self, run: Run) -> Diagnosis:
-        """Name the first passive rule that fires (a sequence model's first), else ask the
-        probe."""
+        """Name the first passive rule that fires and whose fix helps (a sequence model's
+        first), else ask the probe."""
         evidence: dict[str, Any] = {}
         rules = (*SEQUENCE, *PASSIVE) if f.is_sequence(run) else PASSIVE
-        for label, rule in rules:
-            finding = rule(run)
-            evidence[rule.__name__] = finding.evidence
-            if finding.fired:
-                return _answer(label, rule.__name__, evidence)
+        for label, rule, _ in raised(run, rules, evidence):
+            return _answer(label, rule, evidence)
         shaky, floor = unstable(run), loss_floor(run)
         evidence.update(unstable=shaky.evidence, loss_floor=floor.evidence)
-        failed = failed_to_learn(run)
-        evidence["failed_to_learn"] = failed.evidence
+        evidence["failed_to_learn"] = failed_to_learn(run).evidence
         if run.probe is None:  # a user's loop without a probe: trust the trace alone
             label = (
                 "lr_too_high"
                 if shaky.fired
                 else "softmax_before_loss"
                 if floor.fired
-                else OTHER_FAULT
-                if failed.fired
-                else "healthy"
+                else _failed_label(run)
             )
             return _answer(label, "trace only", evidence)
         memo = memorize(run.probe)
+        reading = judge(MEMORIZATION, run, value=memo.ratio)
         evidence["memorization"] = {
-            "memorized": memo.memorized,
+            "memorized": not reading.fired,
             "rate": memo.rate,
             "steps": memo.steps,
             "best_loss": memo.best_loss,
+            "ratio": memo.ratio,
+            "check": reading.evidence(),
         }
-        return _answer(probe_verdict(run, memo, shaky.fired, floor.fired), "memorization", evidence)
+        label = probe_verdict(run, not reading.fired, shaky.fired, floor.fired)
+        if label in ("lr_too_high", "softmax_before_loss", "too_small_model"):
+            memorized = evidence["memorization"]
+            held = _confirmed(label, run, Finding(True, memorized), memorized)
+            label = label if held else _failed_label(run)
+        return _answer(label, "memorization", evidence)
+
+
+def raised(
+    run: Run,
+    rules: tuple[tuple[str, Callable[[Run], Finding]], ...],
+    evidence: dict[str, Any],
+) -> Iterator[tuple[str, str, Finding]]:
+    """(label, rule name, finding) of each rule of ``rules`` that fires on ``run`` and whose
+    alarm stands (:func:`_confirmed`), in order; every rule read puts its finding's
+    evidence in ``evidence`` under its name, with the treatment tried."""
+    for label, rule in rules:
+        finding = rule(run)
+        evidence[rule.__name__] = finding.evidence
+        if finding.fired and _confirmed(label, run, finding, evidence[rule.__name__]):
+            yield label, rule.__name__, finding
+
+
+def early_rules(run: Run) -> tuple[tuple[str, Callable[[Run], Finding]], ...]:
+    """The rules that can judge a run still training: the passive ones and the instability
+    candidate. Not the probability floor's (a loss still above the floor may yet go
+    below it) nor the failure to learn (the run may yet learn)."""
+    passive = (*SEQUENCE, *PASSIVE) if f.is_sequence(run) else PASSIVE
+    return (*passive, ("lr_too_high", unstable))
+
+
+def _confirmed(label: str, run: Run, finding: Finding, evidence: dict[str, Any]) -> bool:
+    """Whether the alarm ``label`` stands: no probe or no treatment for it (raised on its
+    statistic alone), or its treatment measurably helped; the treatment goes into
+    ``evidence`` either way."""
+    tried: Treatment | None = treat(label, run, finding.evidence)
+    if tried is not None:
+        evidence["treatment"] = tried.evidence()
+        return tried.helped
+    why = (
+        "no probe"
+        if run.probe is None
+        else f"no treatment for {label}"
+        if label not in TREATMENTS
+        else "the probe cannot try its fix on this model"
+    )
+    evidence["treatment"] = {"said": f"{why}: raised on its statistic alone"}
+    return True
 
 
 def _answer(label: str, decided_by: str, evidence: dict[str, Any]) -> Diagnosis:

@@ -243,6 +243,11 @@ class RealBugSuite:
         """The Monitor's default: what :func:`handed_over` reads."""
         return DEFAULT_EVERY
 
+    @property
+    def prefix(self) -> float:
+        """1.0: a case is read whole (its script trains as many steps as its reporter's)."""
+        return 1.0
+
     def check(self, diagnoser: Diagnoser) -> None:
         """Refuse a diagnoser tuned on the suite (a test set)."""
         check_not_tuned_on_suite(diagnoser)

@@ -56,6 +56,7 @@ def test_bench_names_the_machine(bench_output: str) -> None:
         ("1a", "<= 1.25"),
         ("1b", "<= 1.10"),
         ("1c", "<= 1.03"),
+        ("1d", None),
         ("3", ">= 0.85"),
         ("4a", None),
         ("4b", "trains nothing"),

@@ -7,10 +7,10 @@ import torch.nn.functional as F
 
 from conftest import CLASSIFIER_FAULTS, DIGITS_CONDITIONS
 from faultbench.diagnosers import _features, rules
-from faultbench.diagnosers._probe import memorize
 from faultbench.scoring.diagnosis import get_diagnoser
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.harness import diagnose_safely
+from faultbench.scoring.memorize import memorize
 from faultbench.scoring.run import Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import get_task
@@ -65,7 +65,7 @@ def test_probe_memorizes_healthy_model_cheaply(digits_grid, seed: int) -> None:
 def test_a_stored_runs_probe_is_asked_once_and_each_diagnosis_is_charged_its_steps(
     digits_grid,
 ) -> None:
-    from faultbench.diagnosers import _probe
+    from faultbench.scoring import memorize as _probe
     from faultbench.scoring.run import Probe
 
     _probe._FOUND.clear()

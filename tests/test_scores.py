@@ -8,12 +8,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from faultbench.scoring import scores
+from faultbench.scoring.contract import UNDECIDED
 from faultbench.scoring.scores import (
+    alarm_precision,
     detection,
     false_alarms,
     identification,
+    known_detection,
     mcnemar,
     summary,
+    undecided,
     wilson,
 )
 
@@ -96,6 +101,35 @@ def test_detection_and_false_alarms() -> None:
     assert (found["other_fault"].hits, found["other_fault"].n) == (1, 4)
     alarms = false_alarms(_frame())
     assert (alarms.hits, alarms.n) == (1, 2)
+
+
+def test_undecided_is_scored_apart_from_right_and_wrong() -> None:
+    frame = pd.concat(
+        [
+            _frame(),
+            pd.DataFrame(
+                [
+                    _row("a", "healthy", "healthy", "undecided", seed=2),
+                    _row("a", "dead_units", "known", "undecided", level="mild", seed=3),
+                    _row("a", "label_noise", "heldout", "undecided", seed=2),
+                ]
+            ),
+        ],
+        ignore_index=True,
+    )
+    # never an alarm: the healthy run's undecided is no false alarm, the held-out one's no
+    # detection, and it is not in alarm precision's alarms
+    alarms = false_alarms(frame)
+    assert (alarms.hits, alarms.n) == (1, 3)
+    assert (detection(frame)["not_healthy"].hits, detection(frame)["not_healthy"].n) == (2, 5)
+    assert (known_detection(frame).hits, known_detection(frame).n) == (3, 5)
+    assert (alarm_precision(frame).hits, alarm_precision(frame).n) == (5, 6)
+    # never correct: identification counts it as a miss
+    assert (identification(frame)["accuracy"].hits, identification(frame)["accuracy"].n) == (3, 5)
+    # and its share is reported, of every run
+    share = undecided(frame)
+    assert (share.hits, share.n) == (3, len(frame)) and summary(frame)["undecided"] == share
+    assert scores.UNDECIDED == UNDECIDED
 
 
 def test_summary_splits_tuned_and_held_out_tasks() -> None:

@@ -221,6 +221,14 @@ def test_the_full_grid_gives_the_headline_and_the_design_axes(board: tuple[Path,
     kinds = pd.read_csv(results / "leaderboard_kinds.csv")
     assert set(kinds["kind"]) == {"multiclass"} and len(kinds) == len(SHIPPED)
     assert (results / "leaderboard_levels.png").read_bytes()[:4] == b"\x89PNG"
+    # how early it knows: the default sampling's runs cut at each share, and the whole
+    cut = full[full["every"] == 20]
+    assert sorted(set(cut["prefix"])) == [0.1, 0.25, 0.5, 1.0]
+    assert (cut.groupby("prefix")["key"].apply(sorted).map(tuple).nunique()) == 1  # same runs
+    early = pd.read_csv(results / "leaderboard_prefixes.csv")
+    early = early[early["diagnoser"] == "rules-v1"] if "diagnoser" in early else early
+    assert sorted(early["prefix"]) == [0.1, 0.25, 0.5, 1.0] and set(early["runs"]) == {len(cut) // 4}
+    assert "## How early it knows" in (results / "leaderboard_full.md").read_text()
 
 
 def test_the_leaderboard_writes_the_pages_generated_blocks(

@@ -1,8 +1,10 @@
-"""A stored every-step trace read as the Monitor would have recorded it: ``Trace.sampled``."""
+"""A stored every-step trace read as the Monitor would have recorded it (``Trace.sampled``),
+and cut as a run stopped early would have it (``Trace.prefix``)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import re
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from faultbench.faults.recipe import base_setup
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import train
 from faultbench.training.monitor import DEFAULT_EVERY, SAMPLINGS
-from faultbench.training.trace import Trace
+from faultbench.training.trace import PREFIXES, Trace, prefix_step, prefix_steps
 
 TIMINGS = ("wait_seconds", "compute_seconds")  # wall-clock: differ between any two runs
 
@@ -75,3 +77,68 @@ def test_a_trace_lists_its_samplings_and_refuses_the_others() -> None:
     assert Trace.from_dict(trace.to_dict()).sampled(20).no_grad_weights == (
         trace.sampled(20).no_grad_weights
     )
+
+
+#: What a run stopped early does differently from the same run cut: its own evaluations
+#: (the loop spaces them over its steps) and its own marks.
+EVALUATED = ("eval_steps", "train_acc", "val_acc", "val_loss", "val_token_acc", "metrics")
+
+
+@pytest.fixture(scope="module")
+def digits_full() -> tuple[object, Trace]:
+    recipe = base_setup(get_task("digits"), 0)
+    assert recipe.design.schedule == "constant"  # a shorter run is the same run, cut
+    result = train(recipe)
+    assert result.trace is not None
+    return result, result.trace
+
+
+@pytest.mark.parametrize("fraction", PREFIXES)
+def test_a_prefix_is_the_run_stopped_at_that_step_bit_for_bit(
+    digits_full: tuple[object, Trace], fraction: float
+) -> None:
+    full, trace = digits_full
+    recipe = base_setup(get_task("digits"), 0)
+    step = prefix_step(recipe.steps, fraction)
+    stopped = train(replace(recipe, steps=step))
+    assert stopped.trace is not None and stopped.config is not None
+    cut = trace.prefix(fraction)
+    assert cut.steps == step == stopped.trace.steps
+    _assert_same(
+        replace(cut, **{name: getattr(stopped.trace, name) for name in (*EVALUATED, "at_steps")}),
+        stopped.trace,
+    )  # every per-step and recorded-step series, and the summaries at that step
+    assert cut.weight_change == stopped.trace.weight_change != trace.weight_change
+    assert set(cut.eval_steps) <= set(trace.eval_steps) and cut.eval_steps.max() <= step
+    assert len(cut.val_acc) == len(cut.eval_steps) == int((trace.eval_steps <= step).sum())
+    assert full.config.until(cut) == stopped.config  # type: ignore[attr-defined]
+
+
+def test_a_sampled_trace_cuts_as_the_sampled_run_stopped_there(
+    digits_full: tuple[object, Trace],
+) -> None:
+    _, trace = digits_full
+    recipe = base_setup(get_task("digits"), 0)
+    step = prefix_step(recipe.steps, 0.25)
+    stopped = train(replace(recipe, steps=step), every=DEFAULT_EVERY).trace
+    assert stopped is not None
+    cut = trace.sampled(DEFAULT_EVERY).prefix(0.25)
+    _assert_same(
+        replace(cut, **{n: getattr(stopped, n) for n in (*EVALUATED, "at_steps")}), stopped
+    )
+
+
+def test_a_stored_trace_cuts_the_same_and_refuses_unmarked_steps(
+    digits_full: tuple[object, Trace],
+) -> None:
+    _, trace = digits_full
+    assert (
+        sorted(int(k) for k in trace.at_steps) == list(prefix_steps(trace.steps)) == [60, 150, 300]
+    )
+    _assert_same(Trace.from_dict(trace.to_dict()).prefix(0.5), trace.prefix(0.5))
+    assert trace.prefix(1.0) is trace
+    with pytest.raises(ValueError, match=re.escape("cut after steps [60, 150, 300] or 600")):
+        trace.prefix(0.3)
+    with pytest.raises(ValueError, match="in \\(0, 1\\]"):
+        trace.prefix(0.0)
+    assert prefix_steps(70) == (7, 17, 35) and prefix_step(3, 0.1) == 1

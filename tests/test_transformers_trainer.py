@@ -137,7 +137,7 @@ def test_a_compute_loss_of_ones_own_reaches_the_trace_as_it_scaled_the_loss(
 ) -> None:
     model = built(llama)
     forwards = Forwards(model)
-    callback = FaultbenchCallback(every=1, show=False)
+    callback = FaultbenchCallback(every=1, show=False, check_every=2)
     args = arguments(
         tmp_path,
         per_device_train_batch_size=MICRO,
@@ -163,6 +163,9 @@ def test_a_compute_loss_of_ones_own_reaches_the_trace_as_it_scaled_the_loss(
     np.testing.assert_allclose(trace.loss, summed, rtol=1e-5)
     assert trace.loss[0] > 1.5 * np.log(VOCAB)
     assert callback.report is not None and callback.report.headline == "loss_normalization"
+    # ... and it was said while the run went on: checked every 2 updates, last at update 4
+    (warning,) = callback.warnings
+    assert (warning.fault, warning.step) == ("loss_normalization", 4)
 
 
 # -- a healthy run, its evaluations, the doctor -----------------------------------------
@@ -188,7 +191,9 @@ def _healthy_trainer(
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory: pytest.TempPathFactory) -> tuple[FaultbenchCallback, Any]:
     # Recorded every 5th update: 40 updates sampled as every=20 samples a run of 160.
-    callback = FaultbenchCallback(probe=Probe.from_trainer, every=5, show=False)
+    callback = FaultbenchCallback(
+        probe=Probe.from_trainer, every=5, show=False, check_every=10, stop_on_warning=True
+    )
     trainer = _healthy_trainer(tmp_path_factory.mktemp("healthy"), callback)
     return callback, _train(trainer)
 
@@ -198,6 +203,13 @@ def test_the_doctor_calls_a_healthy_run_healthy(healthy: tuple) -> None:
     report = callback.report
     assert report is not None and report.headline == "healthy", str(report)
     assert report.diagnosis.evidence["memorization"]["memorized"] is True  # the probe ran
+
+
+def test_a_healthy_run_is_never_warned_about_while_it_trains(healthy: tuple) -> None:
+    callback, _ = healthy
+    # Checked every 10 updates and stopped at a warning: it ran to its end, and said nothing.
+    assert callback.check_every == 10 and callback.stop_on_warning
+    assert callback.monitor.trace().steps == HEALTHY_STEPS and callback.warnings == []
 
 
 def test_every_evaluation_the_trainer_ran_is_in_the_trace(healthy: tuple) -> None:
@@ -232,7 +244,7 @@ def test_a_run_resumed_from_its_checkpoint_is_one_trace_with_its_state(
     np.testing.assert_array_equal(resumed.lr, whole.lr)
     np.testing.assert_array_equal(resumed.eval_steps, whole.eval_steps)
     assert callback.report is not None
-    assert callback.report.diagnosis.evidence["restarted"] == {"lr_restarts": 0}
+    assert callback.report.diagnosis.evidence["restarted"]["lr_restarts"] == 0
 
 
 def test_a_run_resumed_without_its_state_is_seen(tmp_path: Path) -> None:

@@ -15,6 +15,9 @@ Lightning fetches data), one step per batch in which an optimizer stepped
 (so gradient accumulation and skipped AMP steps count right), the loss
 ``training_step`` returned, and, when it returns ``{"loss": ..., "output":
 logits}`` and the batch is ``(inputs, targets, ...)``, the training accuracy.
+Every ``check_every`` optimizer updates it asks the doctor's passive checks on the run
+so far (:meth:`faultbench.Monitor.check`): a warning names the fault, its evidence and
+the fix, and stops the run only with ``stop_on_warning=True``.
 It needs the ``lightning`` extra: ``pip install 'faultbench[lightning]'``.
 """
 
@@ -38,6 +41,7 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.scoring.diagnosis import Diagnoser
 from faultbench.scoring.run import Probe
 from faultbench.tools.doctor import DoctorReport, doctor
+from faultbench.tools.early import CHECK_EVERY, EarlyWarning
 from faultbench.training.monitor import DEFAULT_EVERY, Monitor
 
 __all__ = ["FaultbenchCallback"]
@@ -54,10 +58,16 @@ class FaultbenchCallback(pl.Callback):
             the passive checks run.
         every: Passed to the Monitor: record the per-layer and activation statistics every
             ``every`` steps (the Monitor's default, 20).
-        show: Print the report when training ends (on the main process only).
+        show: Print the report when training ends, and each early warning when first
+            raised (on the main process only).
+        kind: What the task predicts, passed to the Monitor (``"regression"``, ...).
+        check_every: Ask for early warnings every this many optimizer updates
+            (:data:`faultbench.tools.early.CHECK_EVERY`); None: never.
+        stop_on_warning: End ``fit`` at the first early warning (``trainer.should_stop``).
 
     After ``fit``: ``monitor`` holds the Monitor (its ``trace()`` and
-    ``config()``), ``report`` the doctor's report (None if no step was made).
+    ``config()``), ``report`` the doctor's report (None if no step was made),
+    ``warnings`` the early warnings of the last check.
     """
 
     def __init__(
@@ -67,13 +77,21 @@ class FaultbenchCallback(pl.Callback):
         probe: Probe | None = None,
         every: int = DEFAULT_EVERY,
         show: bool = True,
+        kind: str | None = None,
+        check_every: int | None = CHECK_EVERY,
+        stop_on_warning: bool = False,
     ) -> None:
         self.diagnoser = diagnoser
         self.probe = probe
         self.every = every
         self.show = show
+        self.kind = kind
+        self.check_every = check_every
+        self.stop_on_warning = stop_on_warning
         self.monitor: Monitor | None = None
         self.report: DoctorReport | None = None
+        self.warnings: list[EarlyWarning] = []
+        self._updates = 0  # optimizer updates recorded
         self._stepped = False  # whether an optimizer stepped during this batch
         self._batch_end = 0.0  # when the last batch ended (the data wait starts there)
         self._handles: list[Any] = []
@@ -85,7 +103,7 @@ class FaultbenchCallback(pl.Callback):
                 "FaultbenchCallback: the Trainer has no optimizer; expected configure_optimizers() "
                 "to return at least one"
             )
-        self.monitor = Monitor(pl_module, trainer.optimizers[0], every=self.every)
+        self.monitor = Monitor(pl_module, trainer.optimizers[0], every=self.every, kind=self.kind)
         self._handles = [
             opt.register_step_post_hook(self._optimizer_stepped) for opt in trainer.optimizers
         ]
@@ -117,8 +135,20 @@ class FaultbenchCallback(pl.Callback):
                 self.monitor.step(loss, output, target)
             else:
                 self.monitor.step(loss)
+            self._updates += 1
+            if self.check_every and self._updates % self.check_every == 0:
+                self._check(trainer)
         self._stepped = False
         self._batch_end = time.perf_counter()
+
+    def _check(self, trainer: pl.Trainer) -> None:
+        """The early warnings so far; the run stops only if the user asked."""
+        assert self.monitor is not None
+        self.warnings = self.monitor.check(
+            probe=self.probe, show=self.show and trainer.is_global_zero
+        )
+        if self.warnings and self.stop_on_warning:
+            trainer.should_stop = True
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Stop recording; diagnose the run and print the report."""

@@ -72,6 +72,7 @@ from faultbench.scoring.diagnosis import Diagnoser
 from faultbench.scoring.run import Probe
 from faultbench.tasks.kinds import Kind
 from faultbench.tools.doctor import DoctorReport, doctor
+from faultbench.tools.early import CHECK_EVERY, EarlyWarning
 from faultbench.training.monitor import DEFAULT_EVERY, Monitor
 from faultbench.training.widths import model_output
 
@@ -137,11 +138,16 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
             statistics every ``every`` updates (the Monitor's default, 20).
         kind: What the model predicts (:data:`faultbench.tasks.kinds.KINDS`); by default
             read from the model (see the module's text).
-        show: Print the report when training ends (on the main process only).
+        show: Print the report when training ends, and each early warning when first
+            raised (on the main process only).
+        check_every: Ask for early warnings (:meth:`faultbench.Monitor.check`) every this
+            many updates (:data:`faultbench.tools.early.CHECK_EVERY`); None: never.
+        stop_on_warning: End training at the first early warning; by default a warning
+            never stops the run.
 
     After ``train``: ``monitor`` holds the Monitor (its ``trace()`` and ``config()``),
     ``report`` the doctor's report (None if no update was made), ``resumes`` each
-    :class:`Resume` of the job.
+    :class:`Resume` of the job, ``warnings`` the early warnings of the last check.
     """
 
     def __init__(
@@ -152,12 +158,17 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
         every: int = DEFAULT_EVERY,
         kind: str | Kind | None = None,
         show: bool = True,
+        check_every: int | None = CHECK_EVERY,
+        stop_on_warning: bool = False,
     ) -> None:
         self.diagnoser = diagnoser
         self.probe = probe
         self.every = every
         self.kind = kind
         self.show = show
+        self.check_every = check_every
+        self.stop_on_warning = stop_on_warning
+        self.warnings: list[EarlyWarning] = []
         self.monitor: Monitor | None = None
         self.report: DoctorReport | None = None
         self.resumes: list[Resume] = []
@@ -214,7 +225,18 @@ class FaultbenchCallback(TrainerCallback):  # type: ignore[misc]
         self.monitor.step(loss, output, target, mask=mask)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The update is over (the Trainer cleared the gradients)."""
+        """The update is over (the Trainer cleared the gradients); every ``check_every``
+        updates, the early warnings so far (the run stops only if asked)."""
+        if (
+            self.monitor is not None
+            and self.check_every
+            and state.global_step % self.check_every == 0
+        ):
+            probe = self.probe if isinstance(self.probe, Probe) else None  # not one to build
+            self.warnings = self.monitor.check(
+                probe=probe, show=self.show and state.is_world_process_zero
+            )
+            control.should_training_stop |= bool(self.warnings and self.stop_on_warning)
         self._update_end = time.perf_counter()
 
     def on_evaluate(

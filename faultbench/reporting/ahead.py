@@ -93,7 +93,9 @@ def diagnose_ahead(
         ev
         for ev in evaluations
         if ships_with_faultbench(get_diagnoser(ev.diagnoser))
-        and not DiagnosisCache(store, ev.diagnoser, code, ev.every).answers_all(_specs(ev, store))
+        and not DiagnosisCache(store, ev.diagnoser, code, ev.every, ev.prefix).answers_all(
+            _specs(ev, store)
+        )
     ]  # a rerun with every answer stored starts no worker at all
     for name in dict.fromkeys(ev.diagnoser for ev in stored):
         prepare = contract_of(get_diagnoser(name)).prepare
@@ -128,6 +130,7 @@ def _diagnose(job: _Job) -> int:
                 healthy_seeds=ev.healthy_seeds,
                 faults=ev.faults,
                 every=ev.every,
+                prefix=ev.prefix,
                 store=_store(job.root),
                 timeout=job.timeout,
                 isolate=job.isolate,

@@ -13,7 +13,10 @@ one line that says how to refresh it, and writes:
   95% interval, the date and code each file was scored with; per task
   (``leaderboard_tasks.csv``), per kind of task (``leaderboard_kinds.csv``), per
   variant (``leaderboard_variants.csv``), false alarms per design axis value
-  (``false_alarms_by_axis.csv``), recall by severity (``leaderboard_levels.png``);
+  (``false_alarms_by_axis.csv``), recall by severity (``leaderboard_levels.png``), and how
+  early each knows: identification, false alarms and the undecided share on runs cut at
+  10%, 25%, 50% and 100% of their steps (``leaderboard_prefixes.csv`` and ``.png``,
+  :mod:`faultbench.reporting.prefixes`);
 - ``site/``: the same as a static web page (:mod:`faultbench.reporting.site`).
 
 A diagnoser that declares ``left_out_of_report`` (too slow for ``make report``) keeps
@@ -34,7 +37,7 @@ import pandas as pd
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.family import draw_design
 from faultbench.faults.fault import HEALTHY, OTHER_FAULT, labels
-from faultbench.reporting import leaderboard
+from faultbench.reporting import leaderboard, prefixes
 from faultbench.reporting.leaderboard import SCORE, headline_part, whole
 from faultbench.reporting.resultfile import FOLDER, ResultFile, read_all
 from faultbench.reporting.submission import _contract, stale
@@ -171,7 +174,7 @@ def designs(frame: pd.DataFrame) -> pd.DataFrame:
         where = (r.task, int(r.seed), int(r.base))
         if where not in axes:
             axes[where] = draw_design(get_task(r.task), *where[1:]).axes()
-        alarm = r.status == "ok" and r.predicted != HEALTHY
+        alarm = r.status == "ok" and scores.raises_alarm(r.predicted)
         rows += [(r.diagnoser, r.task, r.seed, a, str(v), alarm) for a, v in axes[where].items()]
     return pd.DataFrame(rows, columns=["diagnoser", "task", "seed", "axis", "value", "alarm"])
 
@@ -182,7 +185,9 @@ def headline_score(part: pd.DataFrame) -> tuple[float, float, float]:
     known = part[part["kind"] == scores.KNOWN]
     healthy = part[part["kind"] == scores.HEALTHY]
     right = ((known["status"] == "ok") & (known["predicted"] == known["truth"])).to_numpy(float)
-    quiet = ~((healthy["status"] == "ok") & (healthy["predicted"] != HEALTHY)).to_numpy(bool)
+    quiet = ~((healthy["status"] == "ok") & healthy["predicted"].map(scores.raises_alarm)).to_numpy(
+        bool
+    )
     if not len(right) or not len(quiet):
         return float("nan"), float("nan"), float("nan")
     low, high = stats.bootstrap([right, quiet.astype(float)], _mean_of_means, vectorized=True)
@@ -297,6 +302,7 @@ def write(
 
     frame = whole(assembled.frame)
     grid = frame[frame["suite"] != REALBUGS]
+    cut = assembled.frame[assembled.frame["suite"] != REALBUGS]  # every prefix
     top, full = headline(assembled), full_table(assembled, board)
     tables = {
         "leaderboard.csv": full,
@@ -304,6 +310,7 @@ def write(
         "leaderboard_kinds.csv": per_kind(grid),
         "leaderboard_variants.csv": leaderboard.per_variant(grid),
         "false_alarms_by_axis.csv": leaderboard.alarms_by_axis(designs(grid)),
+        "leaderboard_prefixes.csv": prefixes.table(cut),
     }
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -312,12 +319,14 @@ def write(
         written.append(out / name)
     texts = {
         "leaderboard.md": headline_markdown(top, assembled),
-        "leaderboard_full.md": full_markdown(full, tables["leaderboard_kinds.csv"], assembled),
+        "leaderboard_full.md": full_markdown(full, tables["leaderboard_kinds.csv"], assembled)
+        + prefixes.markdown(tables["leaderboard_prefixes.csv"]),
     }
     for name, text in texts.items():
         (out / name).write_text(text)
         written.append(out / name)
     written.append(tradeoff_figure(assembled, out / "leaderboard.png"))
+    written.append(prefixes.figure(cut, out / "leaderboard_prefixes.png"))
     written.append(
         leaderboard.levels_figure(
             grid[(grid["grid"] == "full") & (grid["every"] == DEFAULT_EVERY)],

@@ -23,6 +23,7 @@ from faultbench.faults.fault import HEALTHY, canonical_conditions, condition_nam
 from faultbench.faults.fault import moot as faults_moot
 from faultbench.scoring import stats
 from faultbench.scoring.evaluate import Report, RunResult
+from faultbench.scoring.scores import raises_alarm
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -152,7 +153,7 @@ def score_row(report: Report) -> dict[str, str]:
     """One diagnoser × task: score, interval, false alarms, recall per condition, cost."""
     low, high = wilson(report.correct, report.total)
     healthy = [r for r in report.results if r.condition == HEALTHY]
-    alarms = sum(r.predicted != HEALTHY for r in healthy)
+    alarms = sum(raises_alarm(r.predicted) for r in healthy)
     train_steps = sum(r.train_steps for r in report.results)
     probe_steps = sum(r.probe_steps for r in report.results)
     row = {

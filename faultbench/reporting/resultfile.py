@@ -127,7 +127,7 @@ def rows_of(report: Report, task_kind: str) -> list[dict[str, Any]]:
                 "task_kind": "" if realbugs else task_kind,
                 "grid": report.grid,
                 "every": report.every,
-                "prefix": PREFIX_WHOLE,
+                "prefix": report.prefix,
                 "condition": encode(spec.condition) if spec is not None else r.condition,
                 "truth": r.label or label_of(r.condition),
                 "variant": r.variant,

@@ -180,6 +180,7 @@ def _evaluate(
         faults=ev.faults,
         healthy_seeds=ev.healthy_seeds,
         every=ev.every,
+        prefix=ev.prefix,
         store=store,
         engine=engine,
         timeout=timeout,
@@ -276,13 +277,13 @@ def verify(result: ResultFile, k: int, *, store: Store, seed: int | None = None)
     if contract.prepare is not None:
         contract.prepare(store=store, engine=None)
     differ = []
-    groups = drawn.groupby(["suite", "task", "every"], sort=False)
+    groups = drawn.groupby(["suite", "task", "every", "prefix"], sort=False)
     with one_worker(diag, None, result.timeout) as worker:
-        for (suite, task, every), part in groups:
+        for (suite, task, every, prefix), part in groups:
             runs = (
                 RealBugSuite(all_cases()).runs()
                 if suite == REALBUGS
-                else TaskSuite(get_task(task), every=int(every)).runs()
+                else TaskSuite(get_task(task), every=int(every), prefix=float(prefix)).runs()
             )
             with diagnoser_for(diag, runs, result.timeout, worker is not None, worker) as diagnose:
                 diagnose.start()
@@ -326,7 +327,8 @@ def evidence_from(store: Store) -> Any:
         except (FaultbenchError, ValueError):
             return ""
         folder = store.spec_dir(spec) / str(row.key) / "diagnoses" / diagnoser
-        for path in sorted(folder.glob(f"*-every{int(row.every)}.json")):
+        cut = "" if float(row.prefix) == 1.0 else f"-prefix{float(row.prefix):g}"
+        for path in sorted(folder.glob(f"*-every{int(row.every)}{cut}.json")):
             try:
                 found = loads(path.read_text()).get("evidence", {})
             except (OSError, ValueError):

@@ -221,9 +221,9 @@ def suite_matrix(answers: pd.DataFrame, diagnosers: Sequence[str]) -> SuiteMatri
         answered = r.status == "ok"
         if r.form == "faulty":
             named[i, j] = answered and r.predicted == r.label
-            detected[i, j] = answered and r.predicted != HEALTHY
+            detected[i, j] = answered and scores.raises_alarm(r.predicted)
         else:
-            alarmed[i, j] = answered and r.predicted != HEALTHY
+            alarmed[i, j] = answered and scores.raises_alarm(r.predicted)
             quiet[i, j] = answered and r.predicted == HEALTHY
     counts = answers[answers["diagnoser"].isin(diagnosers)].groupby("diagnoser").size()
     missing = [d for d in diagnosers if counts.get(d, 0) != 2 * len(cases)]

@@ -2,11 +2,13 @@
 
 A :class:`Board` names them: each task's classic grid (the reference recipe) and
 full grid (drawn bases), the full grid read at the Monitor's default sampling and
-at every step, and the real-bug suite. ``make report``'s board is :meth:`Board.default`
-(its full size: 5 classic seeds, 2 runs per fault cell, 50 healthy drawn runs per
-task); ``faultbench score`` and ``faultbench leaderboard`` take the same options, so a
-smaller board (a test's) is scored and assembled the same way. A diagnoser that
-declares ``subset_seeds`` is scored on the first seeds only (:meth:`Board.seeds_for`).
+at every step, the full grid at the default sampling cut at 10%, 25% and 50% of each
+run's steps (how early a diagnoser knows), and the real-bug suite. ``make report``'s
+board is :meth:`Board.default` (its full size: 5 classic seeds, 2 runs per fault cell,
+50 healthy drawn runs per task); ``faultbench score`` and ``faultbench leaderboard``
+take the same options, so a smaller board (a test's) is scored and assembled the same
+way. A diagnoser that declares ``subset_seeds`` is scored on the first seeds only
+(:meth:`Board.seeds_for`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ SUBSET_HEALTHY = 10  # healthy drawn runs per task for a diagnoser scored on a s
 GRIDS = ("classic", "full")
 REALBUGS = "realbugs"  # the real-bug suite's name (faultbench.realbugs.SUITE)
 DEFAULT_EVERY = 20  # faultbench.training.monitor.DEFAULT_EVERY (a test holds them equal)
+#: faultbench.training.trace.PREFIXES (a test holds them equal): the shares of each run of
+#: the full grid, at the default sampling, every diagnoser is also scored on.
+PREFIXES = (0.1, 0.25, 0.5)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Evaluation:
     every: int = DEFAULT_EVERY  # the sampling the traces are read at
     healthy_seeds: int | None = None  # the full grid's healthy runs (None: the default)
     faults: tuple[str, ...] | None = None  # keep only these faults (None: all)
+    prefix: float = 1.0  # the share of each run's steps read (1.0: the whole run)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class Board:
     every_step: bool = True  # the full grid read at every step too (diagnosers that read it)
     cases: tuple[str, ...] | None = None  # real-bug cases (None: every case; (): none)
     faults: tuple[str, ...] | None = None  # keep only these faults (None: all; a test's board)
+    prefixes: tuple[float, ...] = PREFIXES  # the full grid also read cut at these shares
     notes: tuple[str, ...] = field(default=(), compare=False)  # nothing a result depends on
 
     @classmethod
@@ -109,6 +116,19 @@ class Board:
                 )
                 for task in self.full_tasks
             ]
+        found += [  # how early it knows: the full grid at the default sampling, cut
+            Evaluation(
+                name,
+                task,
+                "full",
+                self.seeds_for(contract, "full"),
+                DEFAULT_EVERY,
+                self.healthy_for(contract),
+                prefix=prefix,
+            )
+            for prefix in self.prefixes
+            for task in self.full_tasks
+        ]
         if self.cases != ():
             found.append(Evaluation(name, REALBUGS, REALBUGS, 1))
         return [replace(ev, faults=self.faults) if ev.grid != REALBUGS else ev for ev in found]
@@ -124,4 +144,5 @@ class Board:
             "every_step": self.every_step and contract.reads_trace,
             "cases": None if self.cases is None else list(self.cases),
             "faults": None if self.faults is None else list(self.faults),
+            "prefixes": list(self.prefixes),
         }

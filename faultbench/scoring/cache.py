@@ -21,9 +21,10 @@ every other.
 
 Layout, beside the record's attempts (which the store's globs never descend into)::
 
-    <run key folder>/diagnoses/<diagnoser>/<code>-<attempt>-every<k>.json
+    <run key folder>/diagnoses/<diagnoser>/<code>-<attempt>-every<k>[-prefix<p>].json
 
-(``k``: the sampling the trace was read at, :func:`faultbench.scoring.harness.run_for`).
+(``k``: the sampling the trace was read at, ``p``: the share of the run it was cut at,
+below 1; :func:`faultbench.scoring.harness.run_for`).
 
 Files are written whole or not at all (a temporary name, then a rename); a
 store that cannot be written (read-only) is read from and nothing is stored.
@@ -130,11 +131,13 @@ class DiagnosisCache:
     diagnoser: str  # the registered name
     code: str  # diagnosis_code()
     every: int  # the sampling the traces were read at
+    prefix: float = 1.0  # the share of each run's steps it was cut at (1.0: whole)
 
     def path(self, record: RunRecord) -> Path:
         """The file that holds (or would hold) the answer on ``record``."""
         folder = self.store.spec_dir(record.spec) / record.key / "diagnoses" / self.diagnoser
-        return folder / f"{self.code}-{record.attempt}-every{self.every}.json"
+        cut = "" if self.prefix == 1.0 else f"-prefix{self.prefix:g}"
+        return folder / f"{self.code}-{record.attempt}-every{self.every}{cut}.json"
 
     def load(self, record: RunRecord) -> Outcome | None:
         """The stored answer on ``record``, or None (none stored, or unreadable)."""

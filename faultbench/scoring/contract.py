@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from faultbench.scoring.run import Run
 
 UNKNOWN = "unknown"  # a diagnoser's way to say "I cannot tell"
+# A diagnoser's way to say "not yet": the run so far cannot be judged (a run cut early, a
+# single evaluation). Scored apart from right and wrong: never correct, never an alarm, and
+# its share is reported.
+UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from types import ModuleType
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.core.registry import Registry
 from faultbench.scoring.contract import (
+    UNDECIDED,
     UNKNOWN,
     Diagnoser,
     Diagnosis,
@@ -22,6 +23,7 @@ from faultbench.scoring.contract import (
 
 __all__ = [
     "DIAGNOSERS",
+    "UNDECIDED",
     "UNKNOWN",
     "Diagnoser",
     "Diagnosis",

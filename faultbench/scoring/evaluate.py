@@ -26,13 +26,14 @@ from faultbench.scoring import scores, summary
 from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, diagnosis_code
 from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import (
+    UNDECIDED,
     UNKNOWN,
     Diagnoser,
     get_diagnoser,
     instruments_of,
     ships_with_faultbench,
 )
-from faultbench.scoring.harness import Outcome, check_timeout, diagnose_safely, run_for
+from faultbench.scoring.harness import UNCUT, Outcome, check_timeout, diagnose_safely, run_for
 from faultbench.scoring.manifest import Manifestation, manifestation
 from faultbench.scoring.run import Run
 from faultbench.scoring.suite import Suite, TaskSuite
@@ -44,6 +45,7 @@ from faultbench.storage.store import Store
 from faultbench.tasks.task import Task, get_task
 from faultbench.training.engine import Engine
 from faultbench.training.monitor import DEFAULT_EVERY, SAMPLINGS
+from faultbench.training.trace import PREFIXES
 
 #: The samplings a stored trace can be read at: every step, and those it kept counts for.
 SAMPLINGS_READ = (1, *SAMPLINGS)
@@ -116,6 +118,7 @@ class Report:
     not_applicable: tuple[tuple[str, str], ...] = ()  # faults the task declares moot, and why
     grid: str = "custom"  # the grid scored: full, classic, or custom (conditions given)
     every: int = DEFAULT_EVERY  # the sampling the traces were read at (Monitor's every)
+    prefix: float = 1.0  # the share of each run's steps it was read at (1.0: whole runs)
     redraws: int = 0  # drawn designs that did not train healthy and were drawn again
     passed_over: tuple[tuple[str, int, str], ...] = ()  # (variant, seed, why) not applicable
     instruments: tuple[str, ...] = ()  # instruments attached to the loop of every scored run
@@ -160,7 +163,7 @@ class Report:
                 "seed": r.seed,
                 "axis": axis,
                 "value": str(value),
-                "alarm": r.status == "ok" and r.predicted != HEALTHY,
+                "alarm": r.status == "ok" and scores.raises_alarm(r.predicted),
             }
             for r in self.results
             if r.condition == HEALTHY and r.drawn
@@ -313,6 +316,7 @@ class Report:
             "accuracy": self.accuracy,
             "grid": self.grid,
             "every": self.every,
+            "prefix": self.prefix,
             "instruments": list(self.instruments),
             "scores": self.scores,
             "confusion": {
@@ -381,6 +385,7 @@ def evaluate(
     levels: Sequence[str] | None = None,
     healthy_seeds: int | None = None,
     every: int = DEFAULT_EVERY,
+    prefix: float = 1.0,
     store: Store | str | None = None,
     engine: Engine | None = None,
     timeout: float = DEFAULT_TIMEOUT,
@@ -422,6 +427,11 @@ def evaluate(
         every: Read each trace as ``Monitor(every=every)`` would have recorded it:
             the Monitor's default by default, the trace a practitioner has; 1 for
             every step (see :meth:`~faultbench.training.trace.Trace.sampled`).
+        prefix: Read each run cut at this share of its steps, as a run stopped there
+            would have it (one of :data:`~faultbench.training.trace.PREFIXES`, or 1.0:
+            the whole run; see :meth:`~faultbench.training.trace.Trace.prefix`). A
+            diagnoser whose instruments recorded the run is answered ``undecided`` on
+            every prefix: their records hold the whole run and cannot be cut.
         store: Where records live; :func:`faultbench.storage.store.default_root` by default.
         engine: Where training runs; see :func:`faultbench.training.engine.make_engine`.
         timeout: Seconds one diagnosis may take before it counts as a timeout (positive).
@@ -453,6 +463,8 @@ def evaluate(
             raise FaultbenchError(f"{name} must be an integer of at least 1; got {value!r}")
     if every not in SAMPLINGS_READ:
         raise unknown_name("every", str(every), [str(k) for k in SAMPLINGS_READ])
+    if prefix not in (*PREFIXES, 1.0):
+        raise unknown_name("prefix", f"{prefix:g}", [f"{p:g}" for p in (*PREFIXES, 1.0)])
     timeout = check_timeout(timeout)
     diag = get_diagnoser(diagnoser)
     contract = contract_of(diag)
@@ -471,6 +483,7 @@ def evaluate(
             tuple(levels) if levels is not None else None,
             healthy_seeds,
             every,
+            prefix,
         )
     suite.check(diag)
     the_store = store if isinstance(store, Store) else Store(store)
@@ -483,7 +496,9 @@ def evaluate(
         the_plan = the_plan.with_instruments(refs)
         specs = the_plan.specs
         where = dict((spec, point) for point, spec in the_plan.runs)
-        stored = stored_answers(diagnoser, diag, the_store, suite.every)
+        if suite.prefix < 1.0 and refs:  # never from the whole run
+            diagnose = _Uncut(tuple(ref.name for ref in refs))
+        stored = stored_answers(diagnoser, diag, the_store, suite.every, suite.prefix)
         answered = stored is not None and stored.answers_all(specs)
         if stored is not None:
             diagnose = _Stored(diagnose, stored)
@@ -532,6 +547,7 @@ def evaluate(
         not_applicable=suite.not_applicable(),
         grid=the_plan.grid,
         every=suite.every,
+        prefix=suite.prefix,
         redraws=the_plan.redraws,
         passed_over=tuple(
             (variant, seed, why)
@@ -596,13 +612,30 @@ class _InProcess:
 
 
 def stored_answers(
-    asked: str | Diagnoser, diag: Diagnoser, store: Store, every: int
+    asked: str | Diagnoser, diag: Diagnoser, store: Store, every: int, prefix: float = 1.0
 ) -> DiagnosisCache | None:
     """Where ``diag``'s answers are stored, if they can be (see :mod:`faultbench.scoring.cache`):
     a diagnoser that ships with faultbench, asked for by its registered name."""
     if not (isinstance(asked, str) and ":" not in asked and ships_with_faultbench(diag)):
         return None
-    return DiagnosisCache(store, diag.name, diagnosis_code(), every)
+    return DiagnosisCache(store, diag.name, diagnosis_code(), every, prefix)
+
+
+@dataclass(frozen=True)
+class _Uncut:
+    """Answers ``undecided`` on a prefix of a run whose instruments' records hold the whole
+    run (:data:`~faultbench.scoring.harness.UNCUT`): never an answer from the whole run."""
+
+    instruments: tuple[str, ...]  # the diagnoser's instruments
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def diagnose(self, record: RunRecord) -> Outcome:
+        """``undecided``, saying why."""
+        return Outcome(
+            "ok", UNDECIDED, evidence={"not_cut": f"{UNCUT}: {', '.join(self.instruments)}"}
+        )
 
 
 @dataclass(frozen=True)

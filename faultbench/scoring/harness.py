@@ -26,7 +26,7 @@ from typing import Any
 from faultbench.core.errors import FaultbenchError
 from faultbench.core.limits import DEFAULT_TIMEOUT
 from faultbench.faults.fault import base_setup, labels
-from faultbench.scoring.diagnosis import UNKNOWN, Diagnoser, Diagnosis
+from faultbench.scoring.diagnosis import UNDECIDED, UNKNOWN, Diagnoser, Diagnosis
 from faultbench.scoring.run import Probe, Run
 from faultbench.storage.records import RunRecord
 from faultbench.tasks.task import Task
@@ -37,6 +37,9 @@ from faultbench.training.monitor import DEFAULT_EVERY
 #: its limit, or took its worker process down (segfault, ``os._exit``).
 STATUSES = ("ok", "error", "timeout", "crashed")
 
+#: Why a run trained with instruments is not read at a prefix: what an instrument recorded
+#: is its own (a tool's whole-run summary), with no step at which it could be cut.
+UNCUT = "an instrument's record holds the whole run and cannot be cut at a prefix"
 _REPEAT = 0.5  # after the limit, the alarm repeats this often until the diagnoser yields
 
 
@@ -78,21 +81,30 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
-def run_for(record: RunRecord, task: Task, every: int = DEFAULT_EVERY) -> Run:
+def run_for(record: RunRecord, task: Task, every: int = DEFAULT_EVERY, prefix: float = 1.0) -> Run:
     """The run a diagnoser is handed for ``record``: trace, config, probe, no truth.
 
     The trace is read as ``Monitor(every=every)`` would have recorded the run
     (:meth:`~faultbench.training.trace.Trace.sampled`): by default the Monitor's
-    default, the trace a practitioner has; ``every=1`` gives every step. The
-    records of the instruments the run trained with come as they are (an
-    instrument keeps its own schedule).
+    default, the trace a practitioner has; ``every=1`` gives every step. With
+    ``prefix`` below 1 the run is cut at that share of its steps, as a run stopped
+    there would have it (:meth:`~faultbench.training.trace.Trace.prefix`, and the
+    configuration's steps and rate so far). The records of the instruments the run
+    trained with come as they are (an instrument keeps its own schedule).
+
+    Raises:
+        ValueError: a prefix of a run trained with instruments: their records hold the
+            whole run and cannot be cut (:data:`UNCUT`).
     """
     assert record.trace is not None and record.config is not None
     spec = record.spec
+    if prefix < 1.0 and record.instruments:
+        raise ValueError(f"{UNCUT} ({', '.join(sorted(record.instruments))})")
     setup = spec.condition.apply(base_setup(task, spec.seed, spec.design))
-    trace = record.trace.sampled(every)
+    trace = record.trace.sampled(every).prefix(prefix)
+    config = record.config if prefix == 1.0 else record.config.until(trace)
     probe = Probe.from_setup(setup, key=record.key)
-    return Run(task.name, spec.seed, trace, record.config, probe, dict(record.instruments))
+    return Run(task.name, spec.seed, trace, config, probe, dict(record.instruments))
 
 
 def diagnose_safely(diagnoser: Diagnoser, run: Run, *, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
@@ -146,7 +158,7 @@ def _invalid(diagnoser: object, answer: object) -> str:
     name = type(diagnoser).__name__
     if not isinstance(answer, Diagnosis):
         return f"{name}.diagnose returned {type(answer).__name__}, expected Diagnosis"
-    if not isinstance(answer.label, str) or answer.label not in {*labels(), UNKNOWN}:
+    if not isinstance(answer.label, str) or answer.label not in {*labels(), UNKNOWN, UNDECIDED}:
         return f"{name}.diagnose returned unknown label {answer.label!r}"
     also = getattr(answer, "also", ())
     if not isinstance(also, tuple) or any(a not in labels() for a in also):

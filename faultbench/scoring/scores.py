@@ -16,6 +16,10 @@ themselves (Wilson, McNemar, bootstrap) are :mod:`faultbench.scoring.stats`'.
   share on a run that has a fault. What a detection-only tool claims, scored
   so that alarming on everything cannot look good.
 - *false alarms*: healthy runs called anything else.
+- *undecided*: the share of runs answered ``undecided`` ("not yet": a run cut early, one
+  evaluation), scored apart from right and wrong: it is never correct (identification
+  counts it as a miss: abstaining is never free) and never an alarm (nor a detection),
+  and its share is reported beside every score.
 - *cost*: probe steps and seconds per diagnosis (seconds are a wall-clock
   measurement, kept out of every score).
 - *McNemar*: an exact test between two diagnosers on the same runs.
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
 
 HEALTHY, KNOWN, HELDOUT = "healthy", "known", "heldout"  # the kinds of truth a run has
 OTHER_FAULT = "other_fault"  # "something is broken, and it is none of the nine"
+UNDECIDED = "undecided"  # faultbench.scoring.contract.UNDECIDED: "not yet", no alarm
 
 #: The table every score reads: one row per diagnosis.
 COLUMNS = {
@@ -88,13 +93,24 @@ def _grouped(values: np.ndarray, right: np.ndarray) -> dict[str, Share]:
     return {str(v): _share(right[values == v]) for v in sorted(set(values)) if v != ""}
 
 
+def raises_alarm(predicted: str) -> bool:
+    """Whether an answer is an alarm: anything but healthy or undecided."""
+    return predicted not in (HEALTHY, UNDECIDED)
+
+
+def _alarmed(frame: pd.DataFrame) -> Any:
+    """Answers that raise an alarm: answered, and neither healthy nor undecided."""
+    return (frame["status"] == "ok") & ~frame["predicted"].isin((HEALTHY, UNDECIDED))
+
+
 def detection(frame: pd.DataFrame) -> dict[str, Share]:
-    """On held-out-fault runs: the share not called healthy, and the share called other_fault."""
+    """On held-out-fault runs: the share not called healthy (nor undecided), and the share
+    called other_fault."""
     held = frame[(frame["kind"] == HELDOUT) & (frame["status"] == "ok")]
     failed = frame[(frame["kind"] == HELDOUT) & (frame["status"] != "ok")]
     n = len(held) + len(failed)  # a failed answer detects nothing
     return {
-        "not_healthy": wilson(int((held["predicted"] != HEALTHY).sum()), n),
+        "not_healthy": wilson(int(_alarmed(held).sum()), n),
         "other_fault": wilson(int((held["predicted"] == OTHER_FAULT).sum()), n),
     }
 
@@ -103,21 +119,26 @@ def known_detection(frame: pd.DataFrame) -> Share:
     """On runs with a known fault: the share not called healthy (an alarm, right or wrong
     label), what a detection-only tool claims to do."""
     known = frame[frame["kind"] == KNOWN]
-    return _share((known["status"] == "ok") & (known["predicted"] != HEALTHY))
+    return _share(_alarmed(known))
 
 
 def alarm_precision(frame: pd.DataFrame) -> Share:
-    """Of the answers that raise an alarm (anything but healthy), the share on a run that
-    has a fault: over the grid's own mix of runs, so alarming on everything cannot look good."""
-    alarms = frame[(frame["status"] == "ok") & (frame["predicted"] != HEALTHY)]
+    """Of the answers that raise an alarm (anything but healthy or undecided), the share on a
+    run that has a fault: over the grid's own mix of runs, so alarming on everything cannot
+    look good."""
+    alarms = frame[_alarmed(frame)]
     return _share(alarms["kind"] != HEALTHY)
 
 
 def false_alarms(frame: pd.DataFrame) -> Share:
-    """Healthy runs called anything else (a failed answer on a healthy run is no alarm)."""
-    healthy = frame[frame["kind"] == HEALTHY]
-    answered = healthy["status"] == "ok"
-    return _share(answered & (healthy["predicted"] != HEALTHY))
+    """Healthy runs called anything else but undecided (a failed answer on a healthy run is
+    no alarm either)."""
+    return _share(_alarmed(frame[frame["kind"] == HEALTHY]))
+
+
+def undecided(frame: pd.DataFrame) -> Share:
+    """The share of runs answered undecided (of every run: none is correct)."""
+    return _share((frame["status"] == "ok") & (frame["predicted"] == UNDECIDED))
 
 
 def cost(frame: pd.DataFrame) -> dict[str, float]:
@@ -143,6 +164,7 @@ def summary(frame: pd.DataFrame) -> dict[str, Any]:
             "identification": identification(part)["accuracy"],
             "detection": detection(part)["not_healthy"],
             "false_alarms": false_alarms(part),
+            "undecided": undecided(part),
         }
     return {
         "runs": len(frame),
@@ -151,6 +173,7 @@ def summary(frame: pd.DataFrame) -> dict[str, Any]:
         "known_detection": known_detection(frame),
         "alarm_precision": alarm_precision(frame),
         "false_alarms": false_alarms(frame),
+        "undecided": undecided(frame),
         "splits": splits,
         "cost": cost(frame),
     }
@@ -205,6 +228,7 @@ __all__ = [
     "KNOWN",
     "OTHER_FAULT",
     "RUN_KEY",
+    "UNDECIDED",
     "McNemar",
     "Share",
     "alarm_precision",
@@ -215,7 +239,9 @@ __all__ = [
     "known_detection",
     "mcnemar",
     "mcnemar_table",
+    "raises_alarm",
     "summary",
     "to_jsonable",
+    "undecided",
     "wilson",
 ]

@@ -53,6 +53,11 @@ class Suite(Protocol):
         """The sampling each trace is read at (the Monitor's ``every``)."""
         ...
 
+    @property
+    def prefix(self) -> float:
+        """The share of each run's steps a diagnoser reads (1.0: the whole run)."""
+        ...
+
     def check(self, diagnoser: Diagnoser) -> None:
         """Refuse a diagnoser this suite cannot score (raise FaultbenchError), before work."""
 
@@ -113,6 +118,7 @@ class TaskSuite:
     levels: tuple[str, ...] | None = None  # keep only these levels
     healthy_seeds: int | None = None  # healthy drawn runs of the full grid
     every: int = DEFAULT_EVERY  # the sampling each trace is read at
+    prefix: float = 1.0  # the share of each run's steps it is cut at (Trace.prefix)
 
     @property
     def name(self) -> str:
@@ -158,8 +164,8 @@ class TaskSuite:
         )
 
     def runs(self) -> Callable[[RunRecord], Run]:
-        """:func:`~faultbench.scoring.harness.run_for` at this suite's sampling."""
-        return TaskRuns(self.task, self.every)
+        """:func:`~faultbench.scoring.harness.run_for` at this suite's sampling and prefix."""
+        return TaskRuns(self.task, self.every, self.prefix)
 
     def truth(self, point: GridPoint) -> str:
         """'': the condition's own (a held-out fault's is ``other_fault``)."""

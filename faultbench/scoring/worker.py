@@ -58,9 +58,10 @@ class TaskRuns:
 
     task: Task  # the task the records belong to
     every: int = DEFAULT_EVERY  # the sampling each trace is read at (see run_for)
+    prefix: float = 1.0  # the share of each run's steps it is cut at (see run_for)
 
     def __call__(self, record: RunRecord) -> Run:
-        return run_for(record, self.task, self.every)
+        return run_for(record, self.task, self.every, self.prefix)
 
 
 @dataclass(frozen=True)

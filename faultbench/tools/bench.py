@@ -6,6 +6,8 @@
 3. parallel efficiency of the local process pool on all cores;
 4. cold wall time of the canonical benchmark, and warm rescoring time;
 5. peak resident memory;
+1d. what the doctor's early warnings add to a monitored loop, checked every
+   :data:`~faultbench.tools.early.CHECK_EVERY` updates as the callbacks do;
 6, 7, ...: what each registered instrument (:mod:`faultbench.training.instruments`,
    e.g. Cockpit attached live) adds to a step of the loop, on the same three step sizes.
 
@@ -39,6 +41,7 @@ from faultbench.storage.runner import make_job, one_thread, train_record
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.tools.bigstep import small_resnet, train_resnet
+from faultbench.tools.early import CHECK_EVERY
 from faultbench.training.engine import LocalEngine
 from faultbench.training.instruments import (
     INSTRUMENTS,
@@ -48,7 +51,7 @@ from faultbench.training.instruments import (
     needs_own_process,
 )
 from faultbench.training.loop import EVALUATIONS, train
-from faultbench.training.monitor import DEFAULT_EVERY
+from faultbench.training.monitor import DEFAULT_EVERY, Monitor
 
 BENCH_TASKS = ("digits", "synthetic")  # the canonical benchmark
 PROBE_DIAGNOSER = "rules"  # the diagnoser whose probe cost is measured
@@ -244,6 +247,65 @@ def big_step_overhead(pairs: int, steps: int, seed: int = 0) -> Figure:
         f"every={DEFAULT_EVERY}, no evaluations, thread CPU time; wall clock "
         f"{_ratio(wall, 'instrumented'):.3f}; recording every step "
         f"{_ratio(cpu, 'every step'):.3f}",
+    )
+
+
+class _Monitored(Instrument):
+    """A user's Monitor riding in the loop (its three lines), checked every ``check_every``
+    updates when given: what the early warnings add is the ratio of the two."""
+
+    name = "monitored"
+
+    def __init__(self, check_every: int | None) -> None:
+        self.check_every = check_every
+        self.monitor: Monitor | None = None
+        self.warned = 0  # warnings raised (a healthy run: none)
+
+    def start(self, model: Any, optimizer: Any, loss_fn: Any) -> None:
+        self.monitor = Monitor(model, optimizer)
+
+    def after_step(self, model: Any, optimizer: Any, batch: Any, loss: Any, step: int) -> None:
+        assert self.monitor is not None
+        self.monitor.step(loss)
+        if self.check_every and step % self.check_every == 0:
+            self.warned += len(self.monitor.check(show=False))
+
+
+def check_overhead(pairs: int, steps: int | None = None, seed: int = 0) -> Figure:
+    """What ``Monitor.check()`` adds to a loop monitored with the Monitor's defaults, checked
+    every :data:`~faultbench.tools.early.CHECK_EVERY` updates (a shorter run: a third of its
+    steps) as the callbacks do: checked over unchecked time per step, on the digits MLP
+    (the cheapest step, so the largest share), interleaved rounds, no probe."""
+    setup = base_setup(get_task("digits"), seed)
+    if steps is not None:
+        setup = replace(setup, steps=steps)
+    every = min(CHECK_EVERY, max(1, setup.steps // 3))
+    checking: list[_Monitored] = []
+
+    def loop(check_every: int | None) -> None:
+        instrument = _Monitored(check_every)
+        train(setup, record=False, evaluate=False, instruments=[instrument])
+        if check_every:
+            checking.append(instrument)
+
+    wall, cpu = _interleaved(
+        {"bare": lambda: loop(None), "checked": lambda: loop(every)}, pairs, seed
+    )
+    per_round = _rounds(cpu, "checked")
+    value = statistics.median(per_round)
+    low, high = median_interval(per_round)
+    checks = setup.steps // every
+    return Figure(
+        "1d. early-warning checks / the monitored loop, time per step (digits MLP)",
+        value,
+        "x",
+        "",
+        None,
+        f"median of {pairs} interleaved rounds (95% interval {low:.3f}-{high:.3f}), digits "
+        f"healthy seed {seed}, {setup.steps} steps, Monitor.check() every {every} updates "
+        f"({checks} checks a run, no probe) against the same Monitor unchecked, thread CPU "
+        f"time; wall clock {_ratio(wall, 'checked'):.3f}; warnings raised on the healthy "
+        f"runs: {sum(c.warned for c in checking)}",
     )
 
 
@@ -563,6 +625,7 @@ def run_bench(quick: bool = False, emit: Callable[[str], None] = print) -> list[
         lambda: overhead(config.pairs, "digits", steps=config.run_steps),
         lambda: overhead(config.cnn_pairs, "shapes", steps=config.run_steps),
         lambda: big_step_overhead(config.big_pairs, config.big_steps),
+        lambda: check_overhead(config.pairs, steps=config.run_steps),
     ):
         figures.append(measure())
         emit(figures[-1].line())

@@ -20,7 +20,7 @@ from faultbench.faults.recipe import Recipe, Scorer, call
 from faultbench.training.instruments import Instrument, finish_all
 from faultbench.training.model import build_model
 from faultbench.training.monitor import Monitor
-from faultbench.training.trace import RunConfig, Trace
+from faultbench.training.trace import RunConfig, Trace, prefix_steps
 
 # Evaluations per run, evenly spaced (every 60 steps of the default 600, about
 # 1.3 epochs of digits). The diagnosers read the last one (doctor's check also
@@ -74,7 +74,12 @@ def train(
         monitor = None
         if record:
             monitor = Monitor(
-                model, optimizer, every=every, kind=recipe.kind, targets=recipe.y_train
+                model,
+                optimizer,
+                every=every,
+                kind=recipe.kind,
+                targets=recipe.y_train,
+                marks=prefix_steps(recipe.steps),  # so the trace reads as a shorter run's
             )
         stream = recipe.loader(recipe)
         batches = monitor.batches(stream) if monitor else stream

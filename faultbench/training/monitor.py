@@ -44,6 +44,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from importlib import import_module
 from typing import Any, TypeVar
 
 import numpy as np
@@ -56,7 +57,7 @@ from faultbench.training.activations import ActivationWatch
 from faultbench.training.attention import AttentionWatch
 from faultbench.training.hostlog import DeviceLog
 from faultbench.training.layers import LayerStats
-from faultbench.training.trace import RunConfig, Trace
+from faultbench.training.trace import END_OF_RUN, RunConfig, Trace
 from faultbench.training.widths import FirstForward, classes_of
 
 B = TypeVar("B")
@@ -73,6 +74,7 @@ NUMERATOR, DENOMINATOR, COUNTED, PADDED, PADDED_COUNTED = range(5)
 #: Batches of targets kept (on their device) to work out the chance level and the loss an
 #: untrained model starts near, when the Monitor was not given the task's targets.
 TARGET_BATCHES = 50
+EARLY_WARNINGS = "faultbench.tools.early"  # the module that answers Monitor.check()
 
 
 class MonitorWarning(UserWarning):
@@ -111,6 +113,12 @@ class Monitor:
         targets: The training targets (an array), from which the chance level and the
             loss an untrained model starts near are worked out; by default the targets
             of the first :data:`TARGET_BATCHES` steps given to ``step``.
+        marks: Steps (counted from 1) after which the summaries of the run so far that
+            are otherwise computed at its end (weight change from the start, weights never
+            given a gradient) are kept too, so that the trace can be cut there as a run
+            stopped at that step would have it (:meth:`Trace.prefix`; the benchmark's
+            loop marks :func:`~faultbench.training.trace.prefix_steps` of its run). Each
+            mark reads the device once.
 
     Raises:
         FaultbenchError: ``every`` is not a whole number of steps >= 1, an
@@ -127,6 +135,7 @@ class Monitor:
         ignore_index: int = IGNORE_INDEX,
         kind: str | Kind | None = None,
         targets: Any = None,
+        marks: Sequence[int] = (),
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise FaultbenchError(f"every={every!r}: expected a whole number of steps >= 1")
@@ -165,6 +174,8 @@ class Monitor:
         self._inputs = DeviceLog(len(INPUT_STATS))  # the first batch's input statistics
         self._batch_size = 0
         self._ready = 0.0
+        self._marks = frozenset(int(m) for m in marks)
+        self._marked: dict[str, dict[str, Any]] = {}  # step -> END_OF_RUN summaries then
 
     @property
     def layers(self) -> list[str]:
@@ -251,6 +262,9 @@ class Monitor:
             self._attention.step()
             self._stat_steps.append(self._steps)
         self._steps += 1
+        if self._steps in self._marks:
+            summaries = self._layers.at_end()
+            self._marked[str(self._steps)] = {name: summaries[name] for name in END_OF_RUN}
         if self._steps % self.every == 0:  # the next step is recorded: measure from here
             self._layers.keep_weights()
         recorded_next = self._steps % self.every == 0
@@ -502,6 +516,7 @@ class Monitor:
             padding_share=per_token["padding_share"],
             padding_counted_share=per_token["padding_counted_share"],
             metrics=metrics,
+            at_steps={step: dict(marked) for step, marked in self._marked.items()},
             **layer_series,
             **self._acts.series(),
             **self._attention.series(),
@@ -545,6 +560,25 @@ class Monitor:
         values = self._inputs.read()
         row = values[0] if len(values) else np.full(len(INPUT_STATS), np.nan)
         return {name: float(v) for name, v in zip(INPUT_STATS, row)}
+
+    def check(self, *, probe: Any = None, show: bool = True, stop: bool = False) -> list[Any]:
+        """The doctor's early warnings on the run so far: each names a fault, its evidence
+        (how unusual it is against healthy runs) and the fix to try
+        (:func:`faultbench.tools.early.check`, which this calls).
+
+        Args:
+            probe: A :class:`faultbench.Probe` of the run: a warning is then raised only if
+                trying its fix for a few probe steps measurably helps.
+            show: Print each warning the first time it is raised (to stderr).
+            stop: Raise :class:`faultbench.tools.early.StopTraining` on a warning, so the
+                loop can end there; by default a warning never stops the run.
+
+        Returns:
+            The warnings that hold on the run so far (:class:`faultbench.tools.early.EarlyWarning`).
+        """
+        # The doctor's checks read a Run and live in the layers above this one; they are
+        # found by name on the first call, as a registry finds its shipped entries.
+        return import_module(EARLY_WARNINGS).check(self, probe=probe, show=show, stop=stop)
 
     def resume(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Continue this trace, after :meth:`close`, on a run resumed on the same model (from

@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
+
+#: The shares of a run's steps it is also read at (:meth:`Trace.prefix`), as a run stopped
+#: there would have it: how early a diagnoser knows.
+PREFIXES = (0.1, 0.25, 0.5)
+#: The summaries a Monitor computes at the end of a run (from the weights at the start and a
+#: flag per weight), which a prefix needs as they stood at its last step.
+END_OF_RUN = ("no_grad_weights", "weight_change", "no_grad_sampled")
+
+
+def prefix_step(steps: int, fraction: float) -> int:
+    """The last step of the share ``fraction`` of a run of ``steps`` steps (at least 1)."""
+    return max(1, math.floor(fraction * steps + 1e-9))  # 0.1 * 70 is 7.000000000000001
+
+
+def prefix_steps(steps: int, fractions: Sequence[float] = PREFIXES) -> tuple[int, ...]:
+    """The steps a run of ``steps`` steps is cut at, one per fraction (those before its end)."""
+    return tuple(sorted({prefix_step(steps, f) for f in fractions} - {steps}))
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,12 @@ class RunConfig:
         """A JSON-ready mapping."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def until(self, trace: Trace) -> RunConfig:
+        """This configuration as a run stopped where ``trace`` (a prefix of this run's, see
+        :meth:`Trace.prefix`) ends would have it: its steps, and the largest rate seen."""
+        rates = trace.lr[np.isfinite(trace.lr)]
+        return replace(self, steps=trace.steps, lr=float(rates.max()) if len(rates) else self.lr)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Inverse of :meth:`to_dict` (a record of older code lacks the fields added since)."""
@@ -73,6 +97,21 @@ SERIES_BY_NAME = (
     "attention_entropy",
     "attention_future",
 )
+
+
+#: Fields with one entry per optimizer update.
+PER_STEP = (
+    "loss",
+    "wait_seconds",
+    "compute_seconds",
+    "batch_acc",
+    "lr",
+    "counted_share",
+    "padding_share",
+    "padding_counted_share",
+)
+#: Fields with one entry per evaluation (``metrics`` holds more, by name).
+PER_EVALUATION = ("eval_steps", "train_acc", "val_acc", "val_loss", "val_token_acc")
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,6 +175,9 @@ class Trace:
     # Every metric logged, per evaluation, by its name (<split>_<metric>: val_r2, val_mae,
     # train_f1; faultbench.tasks.kinds.METRICS gives each one's direction); NaN where absent.
     metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    # Per step the Monitor was asked to mark (as text): the END_OF_RUN summaries as they
+    # stood after that step, so that the trace can be cut there (prefix).
+    at_steps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -182,7 +224,70 @@ class Trace:
             stat_steps=self.stat_steps[keep],
             no_grad_weights=dict(self.no_grad_sampled[str(every)]),
             no_grad_sampled={},
+            at_steps={
+                step: {
+                    **marked,
+                    "no_grad_weights": dict(marked["no_grad_sampled"][str(every)]),
+                    "no_grad_sampled": {},
+                }
+                for step, marked in self.at_steps.items()
+            },
             **per_recorded,
+        )
+
+    def prefix(self, fraction: float) -> Trace:
+        """This trace cut at the share ``fraction`` of its steps (:func:`prefix_step`), as the
+        same loop stopped there would have recorded it; ``1.0``: the whole trace.
+
+        Raises:
+            ValueError: a fraction outside (0, 1], or a step the trace kept no summaries at.
+        """
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"prefix({fraction!r}): expected a share of the run's steps in (0, 1]")
+        return self if fraction == 1.0 else self.until(prefix_step(self.steps, fraction))
+
+    def until(self, step: int) -> Trace:
+        """This trace cut after update ``step`` (1-based): the per-step series to their first
+        ``step`` entries, the recorded steps and the evaluations up to it, and the end-of-run
+        summaries as the Monitor marked them there (:attr:`at_steps`).
+
+        Raises:
+            ValueError: ``step`` is past the trace's end, or is not a step it was marked at.
+        """
+        if step == self.steps:
+            return self
+        if str(step) not in self.at_steps:
+            raise ValueError(
+                f"this trace can be cut after steps {sorted(int(k) for k in self.at_steps)} "
+                f"or {self.steps} (its end); got {step} (Monitor(marks=...) keeps the "
+                "summaries a cut needs)"
+            )
+        recorded = self.stat_steps < step
+        evaluated = self.eval_steps <= step
+        per_recorded: dict[str, Any] = {
+            name: {k: v[recorded] for k, v in getattr(self, name).items()}
+            for name in SERIES_BY_NAME
+        }
+        per_step = {name: getattr(self, name)[:step] for name in PER_STEP}
+        per_eval = {  # an older record's empty series stays empty
+            name: values[evaluated] if len(values) == len(evaluated) else values
+            for name in PER_EVALUATION
+            for values in [getattr(self, name)]
+        }
+        summaries = self.at_steps[str(step)]
+        return replace(
+            self,
+            zero_grad_share=self.zero_grad_share[recorded],
+            inactive_share=self.inactive_share[recorded],
+            stat_steps=self.stat_steps[recorded],
+            metrics={k: v[evaluated] for k, v in self.metrics.items()},
+            no_grad_weights=dict(summaries["no_grad_weights"]),
+            weight_change=dict(summaries["weight_change"]),
+            no_grad_sampled={k: dict(v) for k, v in summaries["no_grad_sampled"].items()},
+            at_steps={k: v for k, v in self.at_steps.items() if int(k) < step},
+            **per_recorded,
+            **per_step,
+            **per_eval,
         )
 
     @property
@@ -216,7 +321,7 @@ class Trace:
             value = data[f.name]
             if f.name in SERIES_BY_NAME or f.name == "metrics":
                 kwargs[f.name] = {k: _array(v) for k, v in value.items()}
-            elif f.name == "no_grad_sampled":
+            elif f.name in ("no_grad_sampled", "at_steps"):
                 kwargs[f.name] = {k: dict(v) for k, v in value.items()}
             elif isinstance(value, list):
                 kwargs[f.name] = _array(value)

@@ -1,10 +1,12 @@
-"""``faultbench calibrate``: measure each task's working rates, then its severity levels.
+"""``faultbench calibrate``: measure each task's working rates, then its severity levels,
+then the doctor's false-alarm budget.
 
-Both are versioned data of the repository (``faultbench/faults/rates.csv`` and
-``levels.csv``), read by every grid and never measured by ``faultbench report``:
-run this when a task, a fault or the training code changes (``make calibrate``).
-The rates come first: the family's designs, on which the levels are measured,
-train at them.
+All three are versioned data of the repository (``faultbench/faults/rates.csv``,
+``levels.csv`` and ``faultbench/scoring/budget.csv``), read by every grid and never
+measured by ``faultbench report``: run this when a task, a fault, a check of the doctor
+or the training code changes (``make calibrate``). The rates come first: the family's
+designs, on which the levels and the budget are measured, train at them. The budget
+is measured on the healthy drawn runs of every task the doctor is tuned on, together.
 """
 
 from __future__ import annotations
@@ -12,15 +14,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faultbench.cli.commands.common import add_execution_arguments, engine_from, store_from
+
+if TYPE_CHECKING:
+    from faultbench.storage.store import Store
+    from faultbench.training.engine import Engine
 
 NAME = "calibrate"
 HELP = (
     "measure each task's working rates (rates.csv), then each fault's severity levels "
-    "against healthy drawn runs (levels.csv)"
+    "against healthy drawn runs (levels.csv), then the doctor's false-alarm budget on the "
+    "healthy drawn runs of its tuned-on tasks (budget.csv)"
 )
-WHAT = ("all", "rates", "levels")
+WHAT = ("all", "rates", "levels", "alarms")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--what",
         choices=WHAT,
         default="all",
-        help="rates, levels, or all (default: rates, then levels)",
+        help="rates, levels, alarms, or all (default: rates, then levels, then alarms)",
     )
     parser.add_argument(
         "--out",
@@ -56,6 +64,13 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.tools.calibrate import calibrate
     from faultbench.tools.rates import sweep_rates
 
+    if args.what == "alarms" and args.task:
+        from faultbench.core.errors import FaultbenchError
+
+        raise FaultbenchError(
+            f"--what alarms with --task {','.join(args.task)}: the budget is measured on every "
+            "task the doctor is tuned on at once; expected no --task"
+        )
     tasks = [get_task(name) for name in dict.fromkeys(args.task or task_names())]
     out = args.out or LEVELS_FILE
     if out.exists() and out.is_dir():
@@ -76,9 +91,21 @@ def main(args: argparse.Namespace) -> int:
             for task in tasks:
                 levels += calibrate(task, store=store, engine=engine, emit=_say)[0]
             print(f"wrote {write_levels(levels, out)} ({len(levels)} levels)")
+        if args.what == "alarms" or (args.what == "all" and not args.task):
+            _alarms(store, engine)
+        elif args.what == "all":
+            print("alarms: not measured (--task given: the budget needs every tuned-on task)")
     finally:
         engine.close()
     return 0
+
+
+def _alarms(store: Store, engine: Engine) -> None:
+    from faultbench.scoring.budget import write_budget
+    from faultbench.tools.alarms import calibrate_alarms
+
+    found = calibrate_alarms(store=store, engine=engine, emit=_say)
+    print(f"wrote {write_budget(found)} ({len(found)} thresholds)")
 
 
 def _say(line: str) -> None:

@@ -196,7 +196,7 @@ def grid_from(args: argparse.Namespace) -> dict[str, Any]:
 def add_board_arguments(parser: argparse.ArgumentParser) -> None:
     """``--task``, ``--seeds``, ``--fault-seeds``, ``--healthy-seeds``, ``--faults``,
     ``--cases``, ``--results``: the board (``make report``'s by default)."""
-    from faultbench.scoring.board import CLASSIC_SEEDS, FAULT_SEEDS, HEALTHY_SEEDS
+    from faultbench.scoring.board import CLASSIC_SEEDS, FAULT_SEEDS, HEALTHY_SEEDS, PREFIXES
 
     parser.add_argument(
         "--results", default="results", help="the results directory (default: results)"
@@ -244,10 +244,38 @@ def add_board_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="comma-separated real-bug cases, or 'none' (default: every case)",
     )
+    parser.add_argument(
+        "--prefixes",
+        type=_prefixes,
+        default=PREFIXES,
+        help="comma-separated shares of each full-grid run it is also scored on, cut there, "
+        f"or 'none' (default: {','.join(f'{p:g}' for p in PREFIXES)})",
+    )
 
 
 def _cases(text: str) -> list[str]:
     return [] if text.strip() == "none" else _names(text)
+
+
+def _prefixes(text: str) -> tuple[float, ...]:
+    """Shares of a run, each one of the board's (a trace is cut only where it was marked)."""
+    from faultbench.scoring.board import PREFIXES
+
+    if text.strip() == "none":
+        return ()
+    shares = []
+    for name in _names(text):
+        try:
+            share = float(name)
+        except ValueError:
+            share = math.nan
+        if share not in PREFIXES:
+            raise argparse.ArgumentTypeError(
+                f"prefix '{name}': expected one of {', '.join(f'{p:g}' for p in PREFIXES)} "
+                "(the shares a stored run is marked at), or 'none'"
+            )
+        shares.append(share)
+    return tuple(dict.fromkeys(shares))
 
 
 def board_from(args: argparse.Namespace) -> Board:
@@ -273,4 +301,5 @@ def board_from(args: argparse.Namespace) -> Board:
         healthy_seeds=args.healthy_seeds,
         cases=None if args.cases is None else tuple(args.cases),
         faults=None if args.faults is None else tuple(args.faults),
+        prefixes=tuple(args.prefixes),
     )

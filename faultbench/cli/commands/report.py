@@ -271,8 +271,9 @@ def generate(
         written += resultfile.write(result, folder)
         scored += reports
     reports = [r for r in scored if r.grid == "classic"]
-    full = [r for r in scored if r.grid == "full" and r.every == DEFAULT_EVERY]
-    every_step = [r for r in scored if r.grid == "full" and r.every == 1]
+    whole = [r for r in scored if r.prefix == 1.0]  # a prefix's reports: leaderboard_prefixes
+    full = [r for r in whole if r.grid == "full" and r.every == DEFAULT_EVERY]
+    every_step = [r for r in whole if r.grid == "full" and r.every == 1]
     grids: dict[str, report.Grid] = {task: report.load_grid(task, seeds, store) for task in tasks}
     trained += sum(r.trained for r in scored) + sum(r.trained for r in suite)
     faults = report.fault_table(grids)

@@ -1,5 +1,10 @@
 """The memorization probe: can the run's model learn 16 of its own examples?
 
+One procedure for every reader: ``rules`` asks it before naming a fault that lives in the
+model or its loss, and the doctor's soundness check reads the same answer
+(:mod:`faultbench.scoring.soundness`), whose :attr:`Memorization.ratio` is the statistic
+its false-alarm budget calibrates (:mod:`faultbench.scoring.budget`).
+
 (For a sequence model: 16 sequences, every counted token of them.)
 
 Any working model and loss drive a handful of examples to near-zero loss at some
@@ -39,6 +44,7 @@ class Memorization:
     rate: float | None  # the first rate that did, None if none
     steps: int  # probe steps spent in all
     best_loss: float  # lowest full-batch loss seen at any rate
+    ratio: float = math.nan  # the lowest loss over its rate's first loss, at any rate tried
 
 
 #: What the probe found per stored run (its key), in this process: the probe is
@@ -68,17 +74,19 @@ def memorize(probe: Probe) -> Memorization:
 
 def _memorize(probe: Probe) -> Memorization:
     X, y = probe.train_data(EXAMPLES)
-    spent, best = 0, math.inf
+    spent, best, ratio = 0, math.inf, math.inf
     for rate in RATES:
-        steps, done, loss = _try_rate(probe, X, y, rate)
+        steps, done, loss, start = _try_rate(probe, X, y, rate)
         spent, best = spent + steps, min(best, loss)
+        if math.isfinite(start) and start > 0 and math.isfinite(loss):
+            ratio = min(ratio, loss / start)
         if done:
-            return Memorization(True, rate, spent, best)
-    return Memorization(False, None, spent, best)
+            return Memorization(True, rate, spent, best, ratio)
+    return Memorization(False, None, spent, best, ratio)
 
 
-def _try_rate(probe: Probe, X: Any, y: torch.Tensor, rate: float) -> tuple[int, bool, float]:
-    """Full-batch Adam at ``rate``; returns (steps, memorized, lowest loss)."""
+def _try_rate(probe: Probe, X: Any, y: torch.Tensor, rate: float) -> tuple[int, bool, float, float]:
+    """Full-batch Adam at ``rate``; returns (steps, memorized, lowest loss, first loss)."""
     torch.manual_seed(0)  # the probe is deterministic whatever ran before it
     model = probe.make_model()
     model.train()
@@ -88,12 +96,12 @@ def _try_rate(probe: Probe, X: Any, y: torch.Tensor, rate: float) -> tuple[int, 
         loss = probe.loss(probe.forward(model, X), y)
         value = float(loss.detach())
         if not math.isfinite(value):
-            return step, False, best
+            return step, False, best, start
         start = value if step == 1 else start
         best = min(best, value)
         if value <= MEMORIZED * start:
-            return step, True, value
+            return step, True, value, start
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return MAX_STEPS, False, best
+    return MAX_STEPS, False, best, start
