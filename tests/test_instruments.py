@@ -302,7 +302,10 @@ def test_unknown_instruments_and_misnamed_ones_fail_before_training() -> None:
     with pytest.raises(FaultbenchError, match="built an object named 'test-counter'"):
         build([("other", Counter)])
     Asks.instrument = 3  # type: ignore[assignment]
-    with pytest.raises(FaultbenchError, match="declares instrument=3; expected a registered"):
+    with pytest.raises(
+        FaultbenchError,
+        match="'instrument' must be a registered instrument's name or a tuple of names; got 3",
+    ):
         instruments_of(Asks())
 
 

@@ -252,7 +252,7 @@ def test_cockpit_abstains_on_a_model_backpack_cannot_instrument(digits_grid) -> 
     # BackPACK has no individual gradients for a GRU: Cockpit cannot run, so it says unknown.
     def make_model() -> nn.Module:
         torch.manual_seed(0)
-        return build(Network("gru", widths=(16,)), n_features=12, n_classes=5, image_side=0)
+        return build(Network("gru", widths=(16,)), n_features=12, n_outputs=5, image_side=0)
 
     X = torch.randint(0, 5, (64, 12)).float()
     y = torch.randint(0, 5, (64,))
