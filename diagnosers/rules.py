@@ -511,7 +511,7 @@ class RulesDiagnoser:
 
     name = "rules"
     probes = True  # retrains the run through its probe
-    tuned_on: frozenset[str] | set[str] = frozenset({"digits", "numbers"})
+    tuned_on: frozenset[str] | set[str] = frozenset({"digits", "numbers", "diabetes"})
 
     def diagnose(self, run: Run) -> Diagnosis:
         """Name the first passive rule that fires and whose fix helps (a sequence model's

@@ -102,4 +102,4 @@ def test_the_sequence_rules_never_read_a_classifiers_run() -> None:
     run = _run(counted_share=np.full(STEPS, np.nan), padding_counted_share=np.full(STEPS, np.nan))
     assert not rules.f.is_sequence(run)
     assert _label(run) == "healthy"  # the classifier rules alone: nothing fires on it
-    assert rules.RulesDiagnoser.tuned_on == {"digits", "numbers"}
+    assert rules.RulesDiagnoser.tuned_on == {"digits", "numbers", "diabetes"}
