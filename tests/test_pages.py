@@ -59,6 +59,8 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
     },
     "docs/monitor.md": {
         "- **every layer**": CONFIG,
+        "**Early warnings while it trains.**": CONFIG + " (a callback's default; a figure)",
+        "**A false-alarm budget.**": GOAL,
         "It only reads:": CONFIG + "; " + GOAL,
     },
     "docs/performance.md": {
