@@ -15,11 +15,13 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.preprocessing import OneHotEncoder
 
 from faultbench.faults.fault import Condition
+from faultbench.scoring.evaluate import run_for
 from faultbench.storage.bases import healthy_verdict
 from faultbench.storage.records import RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task, get_task, task_names
+from faultbench.tools.doctor import doctor
 
 #: Every shipped task: (kind, inputs the model takes, outputs per example). A new task
 #: states its own here.
@@ -127,6 +129,29 @@ def test_the_reference_recipe_trains_healthy_as_well_as_a_linear_model(
     assert baseline > task.kind.chance(task.y_val) + 0.1  # a reference that learned something
     assert healthy_verdict(record, baseline) == ""
     assert record.config is not None and record.config.kind == task.kind.name
+
+
+#: A task of every kind, and the multi-output, recommender and two-input models.
+DOCTORED = ["digits", "numbers", "diabetes", "cancer", "tags", "forecast", "autoencoder"]
+DOCTORED += ["ratings", "churn"]
+
+
+def test_the_doctor_is_asked_of_every_kind() -> None:
+    assert {SHIPPED[name][0] for name in DOCTORED} == {kind for kind, _, _ in SHIPPED.values()}
+
+
+@pytest.mark.parametrize("name", DOCTORED)
+def test_the_doctor_calls_a_healthy_reference_run_of_every_kind_healthy(
+    name: str, shared_store_root: Path
+) -> None:
+    # The reference recipe's first seed, with the probe the benchmark gives every run: the
+    # rules' answer, the memorization line and the validation line all say healthy.
+    task = get_task(name)
+    spec = RunSpec(task.name, task.fingerprint, Condition(), 0)
+    store = Store(shared_store_root)
+    ((_, record, _),) = ensure_records([spec], task, store=store, progress=False)
+    report = doctor(run_for(record, task))
+    assert report.headline == "healthy", f"{name}:\n{report}"
 
 
 def test_list_shows_every_kind_with_its_tasks_families_and_measured_time_per_run(
