@@ -171,11 +171,11 @@ def test_nothing_loads_torch_or_pickle_unsafely():
             assert "weights_only=True" in call, f"{path}: {call}"
         loads = re.findall(r"\b(?:pickle|cPickle|dill|joblib)\.loads?\([^)]*\)", text)
         # The exceptions: the diagnosis worker unpickles what its own parent process sent
-        # it down a private pipe; an instrument's own process and its parent exchange the
-        # job and its result through a temporary folder only the two of them know
-        # (mode 0700), never a stored file.
+        # it down a private pipe (a diagnoser and the suite's run builder); an instrument's
+        # own process and its parent exchange the job and its result through a temporary
+        # folder only the two of them know (mode 0700), never a stored file.
         allowed = {
-            WORKER: ["pickle.loads(payload)"],
+            WORKER: ["pickle.loads(payload)", "pickle.loads(built)", "pickle.loads(payload)"],
             INSTRUMENTS: ["pickle.loads(answer.read_bytes()", "pickle.loads(given.read_bytes()"],
         }.get(path, [])
         assert loads == allowed, path
