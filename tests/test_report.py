@@ -30,6 +30,7 @@ from faultbench.reporting.report import (
 from faultbench.scoring.evaluate import Report, RunResult, evaluate
 from faultbench.storage.records import RunRecord
 from faultbench.storage.store import Store
+from faultbench.tasks.task import get_task, task_names
 
 SEEDS = 2  # of the session grid's three: enough for a mean, an sd and a "last seed"
 BASELINES = ("always-healthy", "random")
@@ -341,3 +342,11 @@ def test_unknown_names_exit_2_with_one_line(
     err = capsys.readouterr().err
     assert re.search(re.escape(message), err) and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task", task_names())
+def test_fault_table_gives_ln_c_for_classifiers_only(task: str) -> None:
+    n_classes = get_task(task).n_classes
+    rows = fault_table({task: {}})  # no runs: the rows still say what ln C is there
+    expected = f"{math.log(n_classes):.3f}" if n_classes >= 2 else "nan"
+    assert set(rows["ln_classes"]) == {expected}

@@ -93,6 +93,14 @@ def spread(values: pd.Series, name: str) -> dict[str, str]:
     }
 
 
+def ln_classes(task: str) -> float:
+    """ln C, the loss a classifier over C classes starts near; NaN for a task that does not
+    pick one of several classes (a regression, an autoencoder, multi-label tags: their
+    first loss is read against their kind's own reference, not ln C)."""
+    n_classes = get_task(task).n_classes
+    return math.log(n_classes) if n_classes >= 2 else math.nan
+
+
 def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
     """One row per task × condition: final accuracy, first loss vs ln C, final loss.
 
@@ -113,7 +121,7 @@ def fault_table(grids: Mapping[str, Grid]) -> pd.DataFrame:
                 "seeds": str(len(seeds)),
                 "failed_runs": str(0 if moot else sum(grid.get((cond, s)) is None for s in seeds)),
                 "not_applicable": moot,
-                "ln_classes": fmt(math.log(get_task(task).n_classes)),
+                "ln_classes": fmt(ln_classes(task)),
             }
             for signal in per_seed.columns:
                 row.update(spread(per_seed[signal], signal))
