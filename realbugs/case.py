@@ -84,6 +84,7 @@ SOURCE_HOSTS = (
     "https://stackoverflow.com/",
     "https://datascience.stackexchange.com/",
     "https://stats.stackexchange.com/",
+    "https://ai.stackexchange.com/",  # another public Stack Exchange Q&A site of the same kind
 )
 
 
