@@ -181,12 +181,14 @@ def test_verify_refuses_a_file_whose_answers_the_diagnoser_does_not_give(
     store, shared = board
     results = tmp_path / "results"
     shutil.copytree(shared, results)
-    _forge(results, "rules-v1", _edit_one_answer(results, "rules-v1"))
+    edited = _edit_one_answer(results, "rules-v1")
+    _forge(results, "rules-v1", edited)
     assert main(["leaderboard", *_args(store, results)]) == 0  # it passes the checksum
     capsys.readouterr()
-    assert main(["leaderboard", *_args(store, results), "--verify", "20"]) == 2
+    every = str(len(edited))  # the draw is random: ask every answer, the edited one included
+    assert main(["leaderboard", *_args(store, results), "--verify", every]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "rules-v1.json" in err and "1 of 20" in err
+    assert len(err.splitlines()) == 1 and "rules-v1.json" in err and f"1 of {every}" in err
 
 
 def test_a_file_of_other_runs_or_another_board_is_refused_with_the_fix(
@@ -248,3 +250,18 @@ def test_the_leaderboard_writes_the_pages_generated_blocks(
     table = pd.read_csv(results / "leaderboard.csv", dtype=str).set_index("diagnoser")
     cell = table.loc["rules-v1", "identification"]
     assert f"`rules-v1` identifies {cell}.\n" in page.read_text()
+
+
+def test_verify_asks_an_instrument_diagnoser_as_it_was_scored_on_cut_runs(
+    board: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # cockpit-live reads its instrument's record, which holds the whole run: scored
+    # `undecided` on every cut run; --verify must ask it the same way, not on the whole record.
+    store, shared = board
+    results = tmp_path / "results"
+    shutil.copytree(shared, results)
+    assert main(["score", "--diagnoser", "cockpit-live", *_args(store, results)]) == 0
+    answers = resultfile.read(results / "diagnosers" / "cockpit-live.json").answers
+    cut = answers[answers["prefix"] < 1.0]
+    assert len(cut) and set(cut["predicted"]) == {"undecided"}
+    assert main(["leaderboard", *_args(store, results), "--verify", str(len(answers))]) == 0

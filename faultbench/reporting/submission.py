@@ -38,8 +38,13 @@ from faultbench.reporting.resultfile import ResultFile, answers_frame, decode, r
 from faultbench.scoring.board import REALBUGS, Board, Evaluation
 from faultbench.scoring.cache import STORED_STATUSES, diagnosis_code
 from faultbench.scoring.contract import Contract, contract_of
-from faultbench.scoring.diagnosis import Diagnoser, get_diagnoser, ships_with_faultbench
-from faultbench.scoring.evaluate import Report, diagnoser_for, evaluate
+from faultbench.scoring.diagnosis import (
+    Diagnoser,
+    get_diagnoser,
+    instruments_of,
+    ships_with_faultbench,
+)
+from faultbench.scoring.evaluate import Report, _Uncut, diagnoser_for, evaluate
 from faultbench.scoring.suite import TaskSuite
 from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunSpec, loads
@@ -276,6 +281,7 @@ def verify(result: ResultFile, k: int, *, store: Store, seed: int | None = None)
     contract = contract_of(diag)
     if contract.prepare is not None:
         contract.prepare(store=store, engine=None)
+    instruments = tuple(ref.name for ref in instruments_of(diag))
     differ = []
     groups = drawn.groupby(["suite", "task", "every", "prefix"], sort=False)
     with one_worker(diag, None, result.timeout) as worker:
@@ -285,7 +291,11 @@ def verify(result: ResultFile, k: int, *, store: Store, seed: int | None = None)
                 if suite == REALBUGS
                 else TaskSuite(get_task(task), every=int(every), prefix=float(prefix)).runs()
             )
-            with diagnoser_for(diag, runs, result.timeout, worker is not None, worker) as diagnose:
+            with diagnoser_for(diag, runs, result.timeout, worker is not None, worker) as inner:
+                # As evaluate scored it: a run cut at a prefix is never asked of a diagnoser
+                # whose instruments recorded it (their records hold the whole run): undecided.
+                cut = float(prefix) < 1.0 and instruments
+                diagnose: Any = _Uncut(instruments) if cut else inner
                 diagnose.start()
                 for row, record in _records(part, contract, store):
                     outcome = diagnose.diagnose(record)
