@@ -98,6 +98,20 @@ def test_probe_rebuilds_the_untrained_model(name: str) -> None:
     assert loss.dim() == 0 and torch.isfinite(loss)
 
 
+def test_the_suite_builds_each_forms_probe_without_training(name: str) -> None:
+    """The suite builds a stored run's probe from its script at ``epochs=0``
+    (faultbench.realbugs.storage): that call must run (a schedule over 0 steps, a list of
+    0 epochs' batches) and give the model the trained form started from."""
+    for fixed in (False, True):
+        probe = get_case(name).run(fixed=fixed, epochs=0).probe
+        assert probe is not None, f"{name}: no probe at epochs=0"
+        trained_from = trained(name, fixed).probe.make_model().state_dict()
+        for a, b in zip(
+            probe.make_model().state_dict().values(), trained_from.values(), strict=True
+        ):
+            assert torch.equal(a, b), f"{name}: the probe at epochs=0 builds another model"
+
+
 def test_forms_share_every_line_but_the_bug(name: str) -> None:
     """The script branches on ``fixed`` (one function, two forms), and the symptom's signal
     is one the test can read."""

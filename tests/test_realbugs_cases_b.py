@@ -13,6 +13,7 @@ from realbugs_reproduction import (  # noqa: F401 (collected here, on this half)
     test_forms_record_every_step_of_the_declared_optimizer,
     test_forms_share_every_line_but_the_bug,
     test_probe_rebuilds_the_untrained_model,
+    test_the_suite_builds_each_forms_probe_without_training,
 )
 
 pytestmark = FILTERS

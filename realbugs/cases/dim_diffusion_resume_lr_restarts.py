@@ -58,7 +58,7 @@ def warmup_cosine(
         return (
             min(1.0, (step + 1) / WARMUP)
             * 0.5
-            * (1.0 + math.cos(math.pi * min(step, total) / total))
+            * (1.0 + math.cos(math.pi * min(step, total) / max(total, 1)))  # total 0: the probe
         )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

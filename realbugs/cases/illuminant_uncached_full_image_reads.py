@@ -101,7 +101,8 @@ def script(fixed: bool, *, epochs: int = EPOCHS) -> kit.CaseRun:
         corner = rng.integers(0, SIDE - PATCH, size=(n, 2))
         return np.concatenate([rng.integers(low, high, size=(n, 1)), corner], axis=1)
 
-    train_picks = [picks(SAMPLES, 0, TRAIN_SCENES) for _ in range(epochs)]
+    # At least one epoch drawn: the probe (epochs=0) reads the first epoch's patches.
+    train_picks = [picks(SAMPLES, 0, TRAIN_SCENES) for _ in range(max(epochs, 1))]
     val_picks = picks(96, TRAIN_SCENES, SCENES)
     with tempfile.TemporaryDirectory(prefix="illuminant-") as tmp:
         folder = Path(tmp)
