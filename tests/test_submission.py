@@ -87,6 +87,12 @@ def test_the_headline_holds_what_the_answers_say(board: tuple[Path, Path]) -> No
     assert table.loc["always-healthy", "score"].startswith("0.500")
     text = (results / "leaderboard.md").read_text()
     assert "![identification against false alarms](leaderboard.png)" in text
+    kinds = pd.read_csv(results / "leaderboard_kinds.csv", dtype=str).set_index("diagnoser")
+    cell = " / ".join(
+        kinds.loc["rules-v1", c].split(" ")[0] for c in ("identification", "false alarms")
+    )
+    per_kind = text.split("## Per kind of task")[1]  # after the headline: the kinds at a glance
+    assert f"| rules-v1       | {cell} " in per_kind or f"| rules-v1 | {cell} " in per_kind
     assert (results / "leaderboard_full.md").exists() and (results / "site" / "index.html").exists()
 
 

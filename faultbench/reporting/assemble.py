@@ -318,7 +318,7 @@ def write(
         table.to_csv(out / name, index=False, lineterminator="\n")
         written.append(out / name)
     texts = {
-        "leaderboard.md": headline_markdown(top, assembled),
+        "leaderboard.md": headline_markdown(top, assembled, tables["leaderboard_kinds.csv"]),
         "leaderboard_full.md": full_markdown(full, tables["leaderboard_kinds.csv"], assembled)
         + prefixes.markdown(tables["leaderboard_prefixes.csv"]),
     }
@@ -372,8 +372,22 @@ def _shown(top: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
-def headline_markdown(top: pd.DataFrame, assembled: Assembled) -> str:
-    """``leaderboard.md``: the ranked headline, what it means, the figure, the notes."""
+def kinds_at_a_glance(top: pd.DataFrame, kinds: pd.DataFrame) -> pd.DataFrame:
+    """Per kind of task, one cell per diagnoser (in the headline's order): identification /
+    false alarms, without their intervals (those are in ``leaderboard_full.md``)."""
+    value = kinds.assign(
+        cell=[
+            f"{i.split(' ')[0]} / {f.split(' ')[0]}"
+            for i, f in zip(kinds["identification"], kinds["false alarms"], strict=True)
+        ]
+    )
+    table = value.pivot(index="diagnoser", columns="kind", values="cell")
+    return table.reindex(list(top["diagnoser"])).fillna("n/a").reset_index()
+
+
+def headline_markdown(top: pd.DataFrame, assembled: Assembled, kinds: pd.DataFrame) -> str:
+    """``leaderboard.md``: the ranked headline, what it means, the figure, the notes, then
+    identification and false alarms per kind of task."""
     runs = len(whole(assembled.frame))
     return "\n".join(
         [
@@ -394,6 +408,14 @@ def headline_markdown(top: pd.DataFrame, assembled: Assembled) -> str:
             *[f"- {note}" for note in assembled.notes],
             *([""] if assembled.notes else []),
             "![identification against false alarms](leaderboard.png)",
+            "",
+            "## Per kind of task",
+            "",
+            "Identification / false alarms on the full grid, the kind's tasks pooled (tuned-on "
+            "and held-out together; with intervals and the tasks: "
+            "[leaderboard_full.md](leaderboard_full.md#per-kind-of-task)).",
+            "",
+            kinds_at_a_glance(top, kinds).to_markdown(index=False, disable_numparse=True),
             "",
         ]
     )
