@@ -57,6 +57,9 @@ class Store:
         # arrays cannot change what the next one is given.
         self._read_before: dict[tuple[Path, int, int], RunRecord] = {}
         self._keys: dict[RunSpec, str] = {}  # hashing a fault's code takes milliseconds
+        # A spec's folder names its drawn base by a hash of the whole design: a warm
+        # report looks a spec's folder up hundreds of thousands of times.
+        self._dirs: dict[RunSpec, Path] = {}
 
     def key(self, spec: RunSpec) -> str:
         """``spec.key()``, worked out once per spec for the life of this object (the code
@@ -113,7 +116,10 @@ class Store:
 
     def spec_dir(self, spec: RunSpec) -> Path:
         """The directory holding every code version's attempts at ``spec``."""
-        return self.root / _safe(spec.task) / _safe(spec.slug) / spec.folder
+        known = self._dirs.get(spec)
+        if known is None:
+            known = self._dirs[spec] = self.root / _safe(spec.task) / _safe(spec.slug) / spec.folder
+        return known
 
     def attempts(self, spec: RunSpec) -> list[Path]:
         """Attempt files for the current code version of ``spec``, oldest first."""
