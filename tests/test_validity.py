@@ -14,6 +14,7 @@ import pytest
 from faultbench.reporting.validity import (
     bootstrap,
     correlations,
+    draw_correlations,
     disagreements,
     grid_rates,
     grid_rates_from_results,
@@ -76,6 +77,22 @@ def test_correlations_match_an_independent_computation(seed: int) -> None:
     tau, rho = correlations(np.array(x), np.array(y))
     assert tau == pytest.approx(kendall_tau_b(x, y), abs=1e-12)
     assert rho == pytest.approx(spearman(x, y), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_draw_correlations_give_each_draw_what_correlations_gives(seed: int) -> None:
+    """The bootstrap's batched form is the same number, bit for bit, as one call per draw
+    (so the shipped intervals do not move), undefined draws included."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 5, size=12) / 4
+    ys = rng.integers(0, 4, size=(40, 12)) / 3
+    ys[3] = 0.5  # a constant draw
+    ys[7, 2] = math.nan  # a draw with an undefined share
+    found = draw_correlations(x, ys)
+    expected = np.array([correlations(x, y) for y in ys]).T
+    assert found.shape == (2, 40) and np.isnan(found[:, [3, 7]]).all()
+    assert np.array_equal(found, expected, equal_nan=True)
+    assert np.isnan(draw_correlations(np.ones(12), ys)).all()
 
 
 def test_a_constant_side_has_no_correlation() -> None:
