@@ -14,8 +14,8 @@ import pytest
 from faultbench.reporting.validity import (
     bootstrap,
     correlations,
-    draw_correlations,
     disagreements,
+    draw_correlations,
     grid_rates,
     grid_rates_from_results,
     is_baseline,
