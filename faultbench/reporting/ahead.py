@@ -27,7 +27,7 @@ from faultbench.scoring.board import Evaluation
 from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
 from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import get_diagnoser, instruments_of, ships_with_faultbench
-from faultbench.scoring.plan import plan
+from faultbench.scoring.plan import Plan, plan
 from faultbench.storage.records import RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -46,22 +46,29 @@ class _Job:
     isolate: bool | None
 
 
+#: Plans made in this process, by store and what a plan depends on: every diagnoser's
+#: evaluations of one task and grid (each sampling, each prefix) score the same runs, and
+#: planning a full grid verifies its drawn bases (most of a warm report's planning).
+_PLANS: dict[tuple[object, ...], Plan] = {}
+
+
 def _specs(ev: Evaluation, store: Store, engine: Engine | None = None) -> list[RunSpec]:
     """The runs ``ev`` scores (planning the full grid trains its bases' healthy runs), with
     the diagnoser's instruments attached: the records its evaluation reads."""
-    task = get_task(ev.task)
+    key = (store.root, ev.task, ev.grid, ev.seeds, ev.healthy_seeds, ev.faults)
+    if key not in _PLANS:
+        _PLANS[key] = plan(
+            get_task(ev.task),
+            ev.grid,
+            seeds=ev.seeds,
+            healthy_seeds=ev.healthy_seeds,
+            faults=ev.faults,
+            store=store,
+            engine=engine,
+            progress=False,
+        )
     refs = instruments_of(get_diagnoser(ev.diagnoser))
-    kept = plan(
-        task,
-        ev.grid,
-        seeds=ev.seeds,
-        healthy_seeds=ev.healthy_seeds,
-        faults=ev.faults,
-        store=store,
-        engine=engine,
-        progress=False,
-    ).with_instruments(refs)
-    return kept.specs
+    return _PLANS[key].with_instruments(refs).specs
 
 
 def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -> int:
