@@ -52,23 +52,37 @@ class _Job:
 _PLANS: dict[tuple[object, ...], Plan] = {}
 
 
-def _specs(ev: Evaluation, store: Store, engine: Engine | None = None) -> list[RunSpec]:
-    """The runs ``ev`` scores (planning the full grid trains its bases' healthy runs), with
-    the diagnoser's instruments attached: the records its evaluation reads."""
-    key = (store.root, ev.task, ev.grid, ev.seeds, ev.healthy_seeds, ev.faults)
+def planned(
+    store: Store,
+    task: str,
+    grid: str,
+    seeds: int,
+    healthy_seeds: int | None,
+    faults: tuple[str, ...] | None,
+    engine: Engine | None = None,
+) -> Plan:
+    """The plan of ``task``'s ``grid`` (planning the full grid trains its bases' healthy
+    runs), made once in this process for ``store``."""
+    key = (store.root, task, grid, seeds, healthy_seeds, faults)
     if key not in _PLANS:
         _PLANS[key] = plan(
-            get_task(ev.task),
-            ev.grid,
-            seeds=ev.seeds,
-            healthy_seeds=ev.healthy_seeds,
-            faults=ev.faults,
+            get_task(task),
+            grid,
+            seeds=seeds,
+            healthy_seeds=healthy_seeds,
+            faults=faults,
             store=store,
             engine=engine,
             progress=False,
         )
-    refs = instruments_of(get_diagnoser(ev.diagnoser))
-    return _PLANS[key].with_instruments(refs).specs
+    return _PLANS[key]
+
+
+def _specs(ev: Evaluation, store: Store, engine: Engine | None = None) -> list[RunSpec]:
+    """The runs ``ev`` scores, with the diagnoser's instruments attached: the records its
+    evaluation reads."""
+    found = planned(store, ev.task, ev.grid, ev.seeds, ev.healthy_seeds, ev.faults, engine)
+    return found.with_instruments(instruments_of(get_diagnoser(ev.diagnoser))).specs
 
 
 def train_all(evaluations: Sequence[Evaluation], store: Store, engine: Engine) -> int:

@@ -20,6 +20,7 @@ import platform
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from importlib import metadata
@@ -34,6 +35,7 @@ from faultbench.core.errors import FaultbenchError
 from faultbench.faults.family import draw_design
 from faultbench.realbugs import all_cases, get_case
 from faultbench.realbugs.storage import RealBugSuite, spec_of
+from faultbench.reporting.ahead import planned
 from faultbench.reporting.resultfile import ResultFile, answers_frame, decode, rows_of
 from faultbench.scoring.board import REALBUGS, Board, Evaluation
 from faultbench.scoring.cache import STORED_STATUSES, diagnosis_code
@@ -45,6 +47,7 @@ from faultbench.scoring.diagnosis import (
     ships_with_faultbench,
 )
 from faultbench.scoring.evaluate import Report, _Uncut, diagnoser_for, evaluate
+from faultbench.scoring.plan import Plan
 from faultbench.scoring.suite import TaskSuite
 from faultbench.scoring.worker import DiagnosisWorker, wants_worker
 from faultbench.storage.records import RunSpec, loads
@@ -177,15 +180,18 @@ def _evaluate(
             progress=progress,
             worker=worker,
         )
-    return evaluate(
-        asked,
-        ev.task,
-        seeds=ev.seeds,
-        grid=ev.grid,
+    suite = _PlannedOnce(
+        get_task(ev.task),
+        ev.grid,
+        ev.seeds,
         faults=ev.faults,
         healthy_seeds=ev.healthy_seeds,
         every=ev.every,
         prefix=ev.prefix,
+    )
+    return evaluate(
+        asked,
+        suite,
         store=store,
         engine=engine,
         timeout=timeout,
@@ -193,6 +199,19 @@ def _evaluate(
         progress=progress,
         worker=worker,
     )
+
+
+@dataclass(frozen=True)
+class _PlannedOnce(TaskSuite):
+    """A task's grid planned once in this process (:func:`~faultbench.reporting.ahead
+    .planned`): a diagnoser's evaluations at each sampling and prefix, and every other
+    diagnoser's, score the same runs, and a report had planned them 3,318 times."""
+
+    def plan(self, *, store: Store, engine: Engine | None, progress: bool | None) -> Plan:
+        """The grid's runs, as :meth:`TaskSuite.plan` finds them, made once."""
+        return planned(
+            store, self.task.name, self.grid, self.seeds, self.healthy_seeds, self.faults, engine
+        )
 
 
 def _kind_of(task: str) -> str:
