@@ -39,12 +39,14 @@ from faultbench.realbugs.storage import (
     save_check,
     spec_of,
 )
+from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
 from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import (
     UNKNOWN,
     Diagnoser,
     Diagnosis,
     get_diagnoser,
+    instruments_of,
     ships_with_faultbench,
 )
 from faultbench.scoring.evaluate import RunResult, evaluate
@@ -63,6 +65,7 @@ from faultbench.tools.realbugs_report import (
     doctor_scores,
     render,
 )
+from faultbench.training.monitor import DEFAULT_EVERY
 
 if TYPE_CHECKING:
     from faultbench.training.engine import Engine
@@ -197,11 +200,23 @@ def _diagnose_ahead(
     store.check()
     for _ in ensure(select(case_names), store):
         pass
+    names = [name for name in names if not _answered(name, case_names, store)]
     names.sort(key=lambda name: contract_of(get_diagnoser(name)).subset_seeds is None)
     chosen = tuple(case_names) if case_names is not None else None
     jobs = [_SuiteJob(name, chosen, store.root, timeout, isolate) for name in names]
     for _ in engine.map_unordered(_diagnose_suite, jobs):
         pass
+
+
+def _answered(name: str, case_names: Sequence[str] | None, store: Store) -> bool:
+    """Whether every form of every case has ``name``'s stored answer: then no worker needs
+    to start for it (each costs its imports, and a warm report waited 16 s for them)."""
+    refs = instruments_of(get_diagnoser(name))
+    specs = [
+        spec_of(case, form).with_instruments(refs) for case in select(case_names) for form in FORMS
+    ]
+    cache = DiagnosisCache(store, name, diagnosis_code(), DEFAULT_EVERY)
+    return cache.answers_all(specs)
 
 
 def _diagnose_suite(job: _SuiteJob) -> int:
