@@ -60,9 +60,10 @@ def planned(
     healthy_seeds: int | None,
     faults: tuple[str, ...] | None,
     engine: Engine | None = None,
+    progress: bool | None = False,
 ) -> Plan:
     """The plan of ``task``'s ``grid`` (planning the full grid trains its bases' healthy
-    runs), made once in this process for ``store``."""
+    runs, with ``progress`` lines), made once in this process for ``store``."""
     key = (store.root, task, grid, seeds, healthy_seeds, faults)
     if key not in _PLANS:
         _PLANS[key] = plan(
@@ -73,7 +74,7 @@ def planned(
             faults=faults,
             store=store,
             engine=engine,
-            progress=False,
+            progress=progress,
         )
     return _PLANS[key]
 

@@ -210,7 +210,14 @@ class _PlannedOnce(TaskSuite):
     def plan(self, *, store: Store, engine: Engine | None, progress: bool | None) -> Plan:
         """The grid's runs, as :meth:`TaskSuite.plan` finds them, made once."""
         return planned(
-            store, self.task.name, self.grid, self.seeds, self.healthy_seeds, self.faults, engine
+            store,
+            self.task.name,
+            self.grid,
+            self.seeds,
+            self.healthy_seeds,
+            self.faults,
+            engine,
+            progress,
         )
 
 
