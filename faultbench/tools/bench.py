@@ -95,6 +95,9 @@ class BenchConfig:
     seeds: int  # seeds of the canonical grid timed cold and warm
     tasks: tuple[str, ...] = BENCH_TASKS  # the tasks of that grid
     own_process_rounds: int = 3  # rounds for an instrument timed in processes of its own
+    # Steps of those rounds (None: as the other figures'): TrainCheck takes ~0.2 s a step
+    # on digits and ~3 s on the small ResNet, so the quick preset shows the figure on a few.
+    own_process_steps: int | None = None
 
     @classmethod
     def preset(cls, quick: bool) -> BenchConfig:
@@ -110,6 +113,7 @@ class BenchConfig:
                 seeds=1,
                 tasks=BENCH_TASKS[:1],
                 own_process_rounds=1,
+                own_process_steps=3,
             )
         return cls(
             pairs=50,
@@ -352,6 +356,7 @@ def instrument_overhead(number: int, name: str, config: BenchConfig, seed: int =
         steps = config.big_steps if task is None else _steps(task, config)
         if own:
             pairs = min(pairs, config.own_process_rounds)
+            steps = min(steps, config.own_process_steps or steps)
             per_round, bare, records = _own_process_rounds(name, factory, task, steps, pairs, seed)
             clock, wall_note = "wall clock of the loop (the instrument in its own process)", ""
         else:
