@@ -166,8 +166,10 @@ def check_ignores_condition(diagnoser: Diagnoser) -> None:
 
 
 def check_deterministic(diagnoser: Diagnoser) -> None:
-    """Two diagnoses of the same run agree (label and confidence)."""
-    first, second = (_ask(diagnoser, _run_for(diagnoser, "lr_too_high")) for _ in range(2))
+    """Two diagnoses of the same faulty run agree (label and confidence)."""
+    # A run check_known_labels already trained: an instrumented diagnoser's run (TrainCheck
+    # traces each in an interpreter of its own) costs seconds to tens of seconds apiece.
+    first, second = (_ask(diagnoser, _run_for(diagnoser, "label_mismatch")) for _ in range(2))
     if (first.label, first.confidence) != (second.label, second.confidence):
         raise CheckFailed(
             f"two diagnoses of one run differ: {first.label!r} ({first.confidence}) vs "
