@@ -4,6 +4,7 @@ diagnoser's page, and shows what a diagnoser returned as text, never as markup."
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -75,6 +76,25 @@ def test_the_headline_is_ranked_by_the_score_it_defines(site: Path) -> None:
     assert names == sorted(expected, key=lambda n: -expected[n])
     full = pd.read_csv(board / "leaderboard.csv", dtype=str).set_index("diagnoser")
     assert full.loc["jumpy", "score"].startswith(f"{expected['jumpy']:.3f}")
+
+
+@pytest.mark.parametrize("riders", [(), ("cockpit-live",), ("cockpit-live", "traincheck")])
+def test_the_headline_says_where_an_instruments_cost_is(tmp_path: Path, riders) -> None:
+    # s/diagnosis prices reading a trained run; a diagnoser whose instrument rode in the
+    # loop paid in training, which timings.md measures: the headline must say so, by name.
+    files = tuple(
+        replace(f, contract={**f.contract, "instrument": ["cockpit"]}) if f.diagnoser in riders
+        else f
+        for f in (_result(name, 2, 1) for name in ("cockpit-live", "traincheck", "quiet"))
+    )  # fmt: skip
+    assemble.write(assemble.Assembled(files, assemble.frame_of(files)), Board(("digits",), ()),
+                   tmp_path, evidence=lambda name, row: "")  # fmt: skip
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "*s/diagnosis*: median seconds per diagnosis of a trained run" in text
+    named = " and ".join(f"`{name}`" for name in riders)
+    verb = "also trains" if len(riders) == 1 else "also train"
+    assert (f"({named} {verb} each run again with an instrument" in text) == bool(riders)
+    assert ("[timings.md](timings.md)" in text) == bool(riders)
 
 
 def test_what_a_diagnoser_returned_is_escaped(site: Path) -> None:

@@ -389,6 +389,16 @@ def headline_markdown(top: pd.DataFrame, assembled: Assembled, kinds: pd.DataFra
     """``leaderboard.md``: the ranked headline, what it means, the figure, the notes, then
     identification and false alarms per kind of task."""
     runs = len(whole(assembled.frame))
+    riders = sorted(f.diagnoser for f in assembled.files if _contract(f).instrument)
+    cost = (  # a trained run's diagnosis is cheap; an instrument's price is paid in training
+        " ("
+        + " and ".join(f"`{name}`" for name in riders)
+        + (" also trains" if len(riders) == 1 else " also train")
+        + " each run again with an instrument in the loop; what that adds to training: "
+        "[timings.md](timings.md))"
+        if riders
+        else ""
+    )
     return "\n".join(
         [
             "# Leaderboard",
@@ -399,7 +409,8 @@ def headline_markdown(top: pd.DataFrame, assembled: Assembled, kinds: pd.DataFra
             "the full grid (every run on its own drawn healthy design, each fault at its "
             "calibrated levels, traces read as the Monitor records them by default). "
             "*Held-out tasks*: identification on the tasks it was not tuned on. *Real bugs*: "
-            "identification on the real-bug suite. Intervals and every other column: "
+            "identification on the real-bug suite. *s/diagnosis*: median seconds per "
+            f"diagnosis of a trained run{cost}. Intervals and every other column: "
             "[leaderboard_full.md](leaderboard_full.md); a page per diagnoser: "
             "[site/index.html](site/index.html).",
             "",
