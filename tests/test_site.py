@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
@@ -95,6 +96,35 @@ def test_the_headline_says_where_an_instruments_cost_is(tmp_path: Path, riders) 
     verb = "also trains" if len(riders) == 1 else "also train"
     assert (f"({named} {verb} each run again with an instrument" in text) == bool(riders)
     assert ("[timings.md](timings.md)" in text) == bool(riders)
+
+
+class _Columns(HTMLParser):
+    """The headline table's column tooltips and the definition list under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.titles: dict[str, str] = {}
+        self.defined: list[tuple[str, str]] = []
+        self._open: tuple[str, str | None] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._open = (tag, dict(attrs).get("title"))
+
+    def handle_data(self, data: str) -> None:
+        if self._open and self._open[0] == "th" and self._open[1] is not None:
+            self.titles.setdefault(data, self._open[1])
+        elif self._open and self._open[0] == "dt":
+            self.defined.append((data, ""))
+        elif self._open and self._open[0] == "dd":
+            self.defined[-1] = (self.defined[-1][0], data)
+        self._open = None
+
+
+def test_the_page_says_what_each_headline_column_holds(site: Path) -> None:
+    page = _Columns()
+    page.feed((site / "index.html").read_text())
+    assert page.titles == assemble.HEADLINE
+    assert page.defined == list(assemble.HEADLINE.items())
 
 
 def test_what_a_diagnoser_returned_is_escaped(site: Path) -> None:

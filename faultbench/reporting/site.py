@@ -52,6 +52,7 @@ def write(
     out: Path,
     *,
     evidence: Any = None,
+    meanings: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write ``index.html`` and one page per diagnoser under ``out``.
 
@@ -63,6 +64,8 @@ def write(
         tables: The per task / kind / variant / axis tables, by file name.
         out: The site's folder.
         evidence: ``(diagnoser, row) -> str``: a wrong answer's evidence ('' unknown).
+        meanings: What each headline column holds, by column (shown under the table and
+            as each column's tooltip).
     """
     env = environment()
     out.mkdir(parents=True, exist_ok=True)
@@ -76,6 +79,7 @@ def write(
         count=len(rows),
         score=leaderboard.SCORE.replace("*", ""),
         columns=list(shown.columns),
+        meanings={column: (meanings or {}).get(column, "") for column in shown.columns},
         rows=rows,
         notes=[note.replace("`", "") for note in assembled.notes],
         full_columns=list(full.columns),
