@@ -55,9 +55,12 @@ def stored(tmp_path, digits_grid):
     return store, path
 
 
+@pytest.mark.parametrize("read_first", [False, True], ids=["unread", "read-first"])
 @pytest.mark.parametrize("kind", list(_breakers()))
-def test_broken_record_is_skipped_and_noted_with_its_path(kind, stored):
+def test_broken_record_is_skipped_and_noted_with_its_path(kind, read_first, stored):
     store, path = stored
+    if read_first:  # the store remembers what it found: a file broken since is seen anew
+        assert store.load(_spec_of(path)) is not None
     _breakers()[kind](path)
     assert store.load(_spec_of(path)) is None
     assert any(note.startswith(f"ignored broken record {path}:") for note in store.notes)
@@ -73,6 +76,16 @@ def test_a_record_read_again_is_a_copy_and_a_changed_file_is_read_afresh(stored)
     assert again.attempt == first.attempt
     _breakers()["missing-trace"](path)  # the file changed since it was read
     assert store.load(_spec_of(path)) is None
+
+
+def test_a_record_removed_or_replaced_since_it_was_read_is_not_given_again(stored):
+    store, path = stored
+    first = store.load(_spec_of(path))
+    path.unlink()
+    assert store.load(_spec_of(path)) is None
+    store.save(replace(first, attempt=""))  # trained again: a new attempt of its own
+    again = store.load(_spec_of(path))
+    assert again is not None and again.attempt not in ("", first.attempt)
 
 
 def _spec_of(path: Path) -> RunSpec:

@@ -60,6 +60,11 @@ class Store:
         # A spec's folder names its drawn base by a hash of the whole design: a warm
         # report looks a spec's folder up hundreds of thousands of times.
         self._dirs: dict[RunSpec, Path] = {}
+        # The good record :meth:`load` last found for each spec, with its file's size and
+        # change time. A run is trained again only when it has no good record, so while
+        # that file is as it was, no listing of the folder can find another answer; a
+        # report loads each run once per evaluation (~300,000 times, ~3,300 runs).
+        self._found: dict[RunSpec, tuple[Path, int, int, RunRecord]] = {}
 
     def key(self, spec: RunSpec) -> str:
         """``spec.key()``, worked out once per spec for the life of this object (the code
@@ -140,17 +145,31 @@ class Store:
         is a copy of the one kept in memory, unless ``copy`` is False: then it
         is that one, for a caller that only looks (and must not change it).
         """
+        known = self._found.get(spec)
+        if known is not None:
+            at, size, changed, kept = known
+            try:
+                stat = os.stat(at)
+            except OSError:
+                stat = None
+            if stat is not None and (stat.st_size, stat.st_mtime_ns) == (size, changed):
+                return deepcopy(kept) if copy else kept
+            del self._found[spec]
         notes = len(self.notes)
         found: RunRecord | None = None
+        found_at: Path | None = None
         broken = failed = 0
         for path in self.attempts(spec):
             record = self._read(path, spec, copy=copy)
             if record is None:
                 broken += 1
             elif record.ok:
-                found = record
+                found, found_at = record, path
             else:
                 failed += 1
+        if found is not None and found_at is not None and not broken:
+            # Not with a broken file beside it: each load notes that file again, as before.
+            self._remember(spec, found_at)
         if found is None:
             where = f"{spec.task}/{spec.slug}/{spec.folder}"
             if broken:
@@ -163,6 +182,16 @@ class Store:
         if not note:
             del self.notes[notes:]
         return found
+
+    def _remember(self, spec: RunSpec, path: Path) -> None:
+        """Keep the good record ``path`` holds for ``spec`` (as :meth:`_read` just read it)."""
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return
+        record = self._read_before.get((path, stat.st_size, stat.st_mtime_ns))
+        if record is not None:
+            self._found[spec] = (path, stat.st_size, stat.st_mtime_ns, record)
 
     def _read(
         self, path: Path, spec: RunSpec | None = None, *, copy: bool = True
@@ -197,6 +226,7 @@ class Store:
         A record not yet :func:`stamped` is stamped first.
         """
         record = stamped(record)
+        self._found.pop(record.spec, None)  # the next load lists the folder again
         target = self.spec_dir(record.spec) / record.key / f"{record.attempt}.json"
         return write_atomic(target, dumps(record.to_dict()), exclusive=True)
 
