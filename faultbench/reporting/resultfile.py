@@ -4,7 +4,9 @@
 model): the schema version, the diagnoser's name and how to load it, its code hash
 and declared contract (:mod:`faultbench.scoring.contract`), the board it was scored
 on (:class:`faultbench.scoring.board.Board`), the timeout, the date, the software
-(python, torch, platform) and the seconds it took in all, and a checksum over the
+(python, torch, platform) and the wall seconds of the command that wrote it (runs it
+trained included; a command that went on from runs an earlier one stored counts its own
+part only: TrainCheck's file is made over several), and a checksum over the
 header and the answers. ``results/diagnosers/<name>.csv`` holds the answers, one
 line each, sorted, in :data:`COLUMNS`: no evidence (it stays beside the run in the
 store), so the file is compact and a rerun that changes one answer changes one line.
@@ -76,7 +78,7 @@ class ResultFile:
     timeout: float  # seconds one diagnosis could take
     date: str  # when it was scored (UTC, ISO 8601)
     software: dict[str, str]  # python, torch, platform, faultbench
-    seconds: float  # wall time of scoring it, in all
+    seconds: float  # wall time of the `faultbench score` that wrote it (a measurement)
     answers: pd.DataFrame = field(repr=False)  # one row per answer, in COLUMNS
     path: Path | None = None  # where it was read from
 
