@@ -60,11 +60,11 @@ class Store:
         # A spec's folder names its drawn base by a hash of the whole design: a warm
         # report looks a spec's folder up hundreds of thousands of times.
         self._dirs: dict[RunSpec, Path] = {}
-        # The good record :meth:`load` last found for each spec, with its file's size and
-        # change time. A run is trained again only when it has no good record, so while
-        # that file is as it was, no listing of the folder can find another answer; a
-        # report loads each run once per evaluation (~300,000 times, ~3,300 runs).
-        self._found: dict[RunSpec, tuple[Path, int, int, RunRecord]] = {}
+        # The file of the good record :meth:`load` last found for each spec. A run is
+        # trained again only when it has no good record, so while that file is as it was
+        # (its record still in ``_read_before``), no listing of the folder can find another
+        # answer; a report loads each run once per evaluation (~300,000 times, ~3,300 runs).
+        self._found: dict[RunSpec, Path] = {}
 
     def key(self, spec: RunSpec) -> str:
         """``spec.key()``, worked out once per spec for the life of this object (the code
@@ -145,14 +145,9 @@ class Store:
         is a copy of the one kept in memory, unless ``copy`` is False: then it
         is that one, for a caller that only looks (and must not change it).
         """
-        known = self._found.get(spec)
-        if known is not None:
-            at, size, changed, kept = known
-            try:
-                stat = os.stat(at)
-            except OSError:
-                stat = None
-            if stat is not None and (stat.st_size, stat.st_mtime_ns) == (size, changed):
+        if spec in self._found:
+            kept = self._kept(self._found[spec])
+            if kept is not None:
                 return deepcopy(kept) if copy else kept
             del self._found[spec]
         notes = len(self.notes)
@@ -169,7 +164,7 @@ class Store:
                 failed += 1
         if found is not None and found_at is not None and not broken:
             # Not with a broken file beside it: each load notes that file again, as before.
-            self._remember(spec, found_at)
+            self._found[spec] = found_at
         if found is None:
             where = f"{spec.task}/{spec.slug}/{spec.folder}"
             if broken:
@@ -183,15 +178,13 @@ class Store:
             del self.notes[notes:]
         return found
 
-    def _remember(self, spec: RunSpec, path: Path) -> None:
-        """Keep the good record ``path`` holds for ``spec`` (as :meth:`_read` just read it)."""
+    def _kept(self, path: Path) -> RunRecord | None:
+        """The record read from ``path`` before, if the file is as it was then."""
         try:
             stat = os.stat(path)
         except OSError:
-            return
-        record = self._read_before.get((path, stat.st_size, stat.st_mtime_ns))
-        if record is not None:
-            self._found[spec] = (path, stat.st_size, stat.st_mtime_ns, record)
+            return None
+        return self._read_before.get((path, stat.st_size, stat.st_mtime_ns))
 
     def _read(
         self, path: Path, spec: RunSpec | None = None, *, copy: bool = True
