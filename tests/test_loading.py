@@ -110,6 +110,25 @@ def _off(trace: Trace, multiple: float) -> str:
     return f"{kind} {got:.3g}, target {target:.3g}: {got / target - 1:+.0%}"
 
 
+def _off_twice(recipe: Recipe, multiple: float) -> str:
+    """How a run of ``recipe`` missed its share, and a second one after it ("" when
+    either did not). A run lasts about a second, and a stall of the machine inside a
+    fetch (another process's tenth of a second: CI once measured 0.42 for 0.167) can be
+    made up for only by what the later fetches can give back, the wait asked for less
+    the loader's own cost. A level off in two runs in a row is off."""
+    first = _run_off(recipe, multiple)
+    if not first:
+        return ""
+    second = _run_off(recipe, multiple)
+    return f"{first}; again: {second}" if second else ""
+
+
+def _run_off(recipe: Recipe, multiple: float) -> str:
+    trace = train(recipe).trace
+    assert trace is not None
+    return _off(trace, multiple)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("load", ["idle", "loaded"])
 @pytest.mark.parametrize("task", ["digits", "shapes"])
@@ -121,9 +140,7 @@ def test_each_level_waits_its_share_of_the_step(task: str, load: str) -> None:
     try:
         off = {}
         for ident, multiple in itertools.product(VARIANTS, MULTIPLES):
-            trace = train(condition((ident, multiple)).apply(setup)).trace
-            assert trace is not None
-            off[ident, multiple] = _off(trace, multiple)
+            off[ident, multiple] = _off_twice(condition((ident, multiple)).apply(setup), multiple)
     finally:
         if spinner is not None:
             spinner.kill()
