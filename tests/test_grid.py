@@ -180,8 +180,11 @@ def test_effect_is_the_largest_z_of_any_signal(digits_grid) -> None:
 
 
 def test_calibrate_one_variant_writes_levels_that_reread(tmp_path: Path, pool: LocalEngine) -> None:
+    # diabetes: the task of the cheapest runs (a calibration trains about 40), whose
+    # committed levels this one must reproduce.
+    diabetes = get_task("diabetes")
     store = Store(tmp_path / "s")
-    levels, sweep = calibrate(DIGITS, store=store, engine=pool, variants=["lr_too_high"])
+    levels, sweep = calibrate(diabetes, store=store, engine=pool, variants=["lr_too_high"])
     knob = find("lr_too_high")[1].severity
     assert knob is not None
     assert [p.severity for p in sweep] == knob.grid()
@@ -193,8 +196,12 @@ def test_calibrate_one_variant_writes_levels_that_reread(tmp_path: Path, pool: L
         (lv.variant, lv.level, lv.severity) for lv in levels
     ]  # the rule names them mildest first, as the file keeps them
     assert [lv.effect for lv in reread] == pytest.approx([lv.effect for lv in levels], rel=1e-3)
-    again, _ = calibrate(DIGITS, store=store, variants=["lr_too_high"])  # stored: trains nothing
+    again, _ = calibrate(diabetes, store=store, variants=["lr_too_high"])  # stored: trains nothing
     assert again == levels
+    committed = [lv for lv in load_levels() if (lv.task, lv.variant) == ("diabetes", "lr_too_high")]
+    assert [(lv.level, lv.severity, lv.seeds, lv.code) for lv in levels] == [
+        (lv.level, lv.severity, lv.seeds, lv.code) for lv in committed
+    ]
 
 
 def test_writing_the_levels_a_file_holds_leaves_its_folder_alone(tmp_path: Path) -> None:
