@@ -15,7 +15,7 @@ from faultbench.scoring.budget import ANY_KIND, DIGITS, judge
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.tools import alarms
-from faultbench.training.engine import LocalEngine
+from faultbench.training.engine import SerialEngine
 
 SEEDS = range(2)
 
@@ -34,10 +34,10 @@ def _stored(values: list[float]) -> tuple[float, ...]:
 
 @pytest.fixture(scope="module")
 def calibrated(
-    shared_store_root: Path, pool: LocalEngine
+    shared_store_root: Path, trainer: SerialEngine
 ) -> tuple[dict[tuple[str, str], object], list]:
     store, task = Store(shared_store_root), get_task("digits")
-    found = alarms.calibrate_alarms(tasks=[task], store=store, engine=pool, seeds=SEEDS)
+    found = alarms.calibrate_alarms(tasks=[task], store=store, engine=trainer, seeds=SEEDS)
     runs = alarms.healthy_runs(task, store=store, seeds=SEEDS)  # read back: nothing trains
     return {(c.check, c.kind): c for c in found}, runs
 

@@ -45,7 +45,7 @@ from faultbench.tools.calibrate import (
     measured_on,
 )
 from faultbench.tools.rates import measured_on as rates_measured_on
-from faultbench.training.engine import LocalEngine
+from faultbench.training.engine import SerialEngine
 
 DIGITS = get_task("digits")
 
@@ -179,12 +179,14 @@ def test_effect_is_the_largest_z_of_any_signal(digits_grid) -> None:
 # -- calibration -----------------------------------------------------------------------
 
 
-def test_calibrate_one_variant_writes_levels_that_reread(tmp_path: Path, pool: LocalEngine) -> None:
+def test_calibrate_one_variant_writes_levels_that_reread(
+    tmp_path: Path, trainer: SerialEngine
+) -> None:
     # diabetes: the task of the cheapest runs (a calibration trains about 40), whose
     # committed levels this one must reproduce.
     diabetes = get_task("diabetes")
     store = Store(tmp_path / "s")
-    levels, sweep = calibrate(diabetes, store=store, engine=pool, variants=["lr_too_high"])
+    levels, sweep = calibrate(diabetes, store=store, engine=trainer, variants=["lr_too_high"])
     knob = find("lr_too_high")[1].severity
     assert knob is not None
     assert [p.severity for p in sweep] == knob.grid()
@@ -243,7 +245,7 @@ HEALTHY_BASES = 10
 
 
 @pytest.fixture(scope="module")
-def level_runs(shared_store_root: Path, pool: LocalEngine):
+def level_runs(shared_store_root: Path, trainer: SerialEngine):
     """Every digits level on the drawn bases of the scored seeds (not the calibration's)."""
     store = Store(shared_store_root)
     kept = plan(
@@ -254,10 +256,10 @@ def level_runs(shared_store_root: Path, pool: LocalEngine):
         faults=FAULTS.names(),
         levels=list(LEVELS),
         store=store,
-        engine=pool,
+        engine=trainer,
         progress=False,
     )
-    found = ensure_records(kept.specs, DIGITS, store=store, engine=pool, progress=False)
+    found = ensure_records(kept.specs, DIGITS, store=store, engine=trainer, progress=False)
     records = dict((spec, record) for spec, record, _ in found)
     return [(point, records[spec]) for point, spec in kept.runs]
 

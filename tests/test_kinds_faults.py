@@ -34,7 +34,7 @@ from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.design import Design
 from faultbench.tasks.task import Task, TrainDefaults, get_task, task_names
-from faultbench.training.engine import LocalEngine
+from faultbench.training.engine import SerialEngine
 from faultbench.training.model import build_model
 
 N_ROWS = 800  # examples of each generated task (a fifth validates)
@@ -421,7 +421,7 @@ def _key(task: Task, design: Design | None) -> str:
 
 
 @pytest.fixture(scope="module")
-def kinds_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
+def kinds_grid(shared_store_root: Path, trainer: SerialEngine) -> Grid:
     """(base, condition, seed) -> record: every new form on its base, and healthy seeds."""
     store, grid = Store(shared_store_root), {}
     for task, design in BASES:
@@ -435,7 +435,7 @@ def kinds_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
             RunSpec(task.name, task.fingerprint, Condition(), s, design)
             for s in range(HEALTHY_REFERENCE)
         ]
-        for spec, record, _ in ensure_records(healthy + faulty, task, store=store, engine=pool):
+        for spec, record, _ in ensure_records(healthy + faulty, task, store=store, engine=trainer):
             grid[(_key(task, design), spec.condition.name, spec.seed)] = record
     return grid
 

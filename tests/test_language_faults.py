@@ -19,7 +19,7 @@ from faultbench.storage.store import Store
 from faultbench.tasks.design import Design
 from faultbench.tasks.sequences import IGNORE
 from faultbench.tasks.task import get_task
-from faultbench.training.engine import LocalEngine
+from faultbench.training.engine import SerialEngine
 
 TASK = "numbers"
 HEALTHY = 5  # healthy seeds each faulty run is compared with (faultbench run's default)
@@ -47,7 +47,7 @@ def _design(ident: str) -> Design | None:
 
 
 @pytest.fixture(scope="module")
-def lm_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
+def lm_grid(shared_store_root: Path, trainer: SerialEngine) -> Grid:
     """(schedule, condition, seed) -> record: healthy on both schedules, and every LM variant."""
     task = get_task(TASK)
     specs = [
@@ -63,7 +63,7 @@ def lm_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
     store = Store(shared_store_root)
     return {
         (spec.design.schedule if spec.design else "constant", spec.condition.name, spec.seed): rec
-        for spec, rec, _ in ensure_records(specs, task, store=store, engine=pool)
+        for spec, rec, _ in ensure_records(specs, task, store=store, engine=trainer)
     }
 
 

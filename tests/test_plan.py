@@ -25,7 +25,7 @@ from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task, task_names
 from faultbench.tools.calibrate import fixed_variants, knob_variants, measured_on
-from faultbench.training.engine import LocalEngine
+from faultbench.training.engine import SerialEngine
 
 BASES = 3  # drawn bases each severe variant runs on
 HEALTHY_BASES = 10  # drawn healthy runs its visibility is tested against
@@ -33,7 +33,7 @@ MOST = 2 / 3  # "most" of the bases
 
 
 @pytest.fixture(scope="module")
-def digits_severe(shared_store_root: Path, pool: LocalEngine) -> tuple[Plan, dict]:
+def digits_severe(shared_store_root: Path, trainer: SerialEngine) -> tuple[Plan, dict]:
     """Every known variant of digits at its severe level on its first bases, and 10 healthy."""
     task = get_task("digits")
     store = Store(shared_store_root)
@@ -46,13 +46,13 @@ def digits_severe(shared_store_root: Path, pool: LocalEngine) -> tuple[Plan, dic
         faults=known,
         levels=["severe", "fixed", "canonical"],  # canonical: a knob with no level on the task
         store=store,
-        engine=pool,
+        engine=trainer,
         progress=False,
     )
     records = {
         spec: record
         for spec, record, _ in ensure_records(
-            kept.specs, task, store=store, engine=pool, progress=False, copy=False
+            kept.specs, task, store=store, engine=trainer, progress=False, copy=False
         )
     }
     return kept, records

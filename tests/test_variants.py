@@ -33,7 +33,7 @@ from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task, task_names
-from faultbench.training.engine import LocalEngine
+from faultbench.training.engine import SerialEngine
 from faultbench.training.trace import RunConfig, Trace
 
 # Healthy seeds a run is compared with. Not 5 (`faultbench run`'s classic default): with 5
@@ -54,7 +54,7 @@ def _task_for(ident: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def variant_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
+def variant_grid(shared_store_root: Path, trainer: SerialEngine) -> Grid:
     """(task, condition, seed) -> record: each variant on its task, plus healthy seeds."""
     specs: dict[str, list[RunSpec]] = {name: [] for name in CHECK_TASKS}
     for ident in CLASSIFIER_VARIANTS:
@@ -69,7 +69,7 @@ def variant_grid(shared_store_root: Path, pool: LocalEngine) -> Grid:
             RunSpec(name, task.fingerprint, Condition(), s) for s in range(HEALTHY_REFERENCE)
         ]
         store = Store(shared_store_root)
-        for spec, record, _ in ensure_records(healthy + faulty, task, store=store, engine=pool):
+        for spec, record, _ in ensure_records(healthy + faulty, task, store=store, engine=trainer):
             grid[(name, spec.condition.name, spec.seed)] = record
     return grid
 
