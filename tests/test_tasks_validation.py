@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -164,6 +164,7 @@ any_labels = st.one_of(
 
 @settings(max_examples=150, deadline=None)
 @given(anything, any_labels)
+@example(np.zeros((2, 1)), np.array([[0], [1]]))  # an int target matrix: a regression task
 def test_any_input_gives_a_task_or_a_faultbench_error(X, y):
     try:
         task = Task.from_arrays("t", X, y)
@@ -171,4 +172,8 @@ def test_any_input_gives_a_task_or_a_faultbench_error(X, y):
         assert str(exc) and "\n" not in str(exc)  # one clear line
         return
     assert np.isfinite(task.X_train).all() and np.isfinite(task.X_val).all()
-    assert set(task.y_train) == set(range(task.n_classes))
+    assert len(task.X_train) == len(task.y_train) and len(task.X_val) == len(task.y_val)
+    if task.kind.float_targets:  # a target matrix (regression, multi-label): finite targets
+        assert np.isfinite(task.y_train).all() and np.isfinite(task.y_val).all()
+    else:  # class labels: every class is trained on
+        assert set(task.y_train) == set(range(task.n_classes))
