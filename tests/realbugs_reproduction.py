@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,23 @@ FILTERS = [
     pytest.mark.filterwarnings("ignore:Initializing zero-element tensors:UserWarning"),
 ]
 WAIT_LIMIT = 0.5  # a twin spends under half its step time waiting for data (it does not starve)
+#: Cases whose symptom shows on the bits an Intel processor trains and not on another
+#: vendor's: MKL's pinned branch (MKL_CBWR=AVX2) exists on Intel's processors only (Intel's
+#: documentation: elsewhere MKL runs its AUTO branch), so another vendor's trains other bits
+#: (docs/reproducibility.md). Each was measured on an AMD EPYC, with its value:
+INTEL_BITS = {
+    "pretrainedmodels_bn_momentum_zero": "train minus validation accuracy 0.18 on an AMD EPYC, "
+    "0.43 where results/realbugs.md was measured",
+}
+
+
+def intel_processor() -> bool:
+    """Whether this machine's processor is Intel's (Linux's /proc/cpuinfo names the vendor;
+    where it cannot be read, assumed so: the test then holds the case to its symptom)."""
+    try:
+        return "GenuineIntel" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
 
 
 def half(k: int) -> list[str]:
@@ -52,7 +70,10 @@ def test_faulty_form_shows_the_reported_symptom(name: str) -> None:
     case = get_case(name)
     run = trained(name, False)
     value = case.symptom.value(run.trace, run.config)
-    assert case.symptom.shows(run.trace, run.config), f"{name}: {case.symptom} but got {value:.4g}"
+    shows = case.symptom.shows(run.trace, run.config)
+    if not shows and name in INTEL_BITS and not intel_processor():
+        pytest.xfail(f"{name}: {case.symptom} but got {value:.4g} ({INTEL_BITS[name]})")
+    assert shows, f"{name}: {case.symptom} but got {value:.4g}"
 
 
 def test_fixed_twin_does_not_show_it(name: str) -> None:

@@ -1,5 +1,5 @@
 """The CPU kernels a benchmark run trains with: pinned, so its trace is the same bits on
-any x86-64 CPU with AVX2.
+any Intel x86-64 CPU with AVX2 (not on another vendor's: see MKL below).
 
 torch chooses its CPU kernels by what the processor can do, in three places, and
 each choice changes the last bits of a sum: ATen's own vectorized kernels (none,
@@ -14,7 +14,12 @@ imitation trained digits, shapes, language and numbers runs to the same bits:
 - ATen: ``ATEN_CPU_CAPABILITY=avx2``, the vectorized kernels of every x86-64 processor
   with AVX2 (Intel's since 2013, AMD's since 2015), AVX-512 ones included;
 - MKL: ``MKL_CBWR=AVX2``, its reproducibility mode for that branch (the same results on
-  every processor that supports AVX2, at a fixed number of threads: the loop trains on one);
+  every Intel processor that supports AVX2, at a fixed number of threads: the loop trains on
+  one). Intel's documentation says branches other than AUTO and COMPATIBLE exist on Intel's
+  processors only; elsewhere MKL runs AUTO. Measured on an AMD EPYC (AVX2): every
+  ``MKL_CBWR`` but COMPATIBLE trained AUTO's bits, and the runs of the same keys were other
+  bits than results/'s (docs/reproducibility.md). COMPATIBLE is the one branch every vendor
+  runs, at the cost measured below;
 - oneDNN and NNPACK are off while a run trains (:func:`backends`), so convolutions run
   ATen's own way (unrolled into an MKL product).
 
