@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from faultbench.core import kernels
+from faultbench.reporting import provenance
 from faultbench.training.engine import LocalEngine
 
 #: A fresh process that trains a run of each task and prints its losses.
@@ -129,3 +130,29 @@ def test_backends_are_off_inside_and_the_callers_after() -> None:
         assert torch.backends.nnpack.set_flags(False) == (False,)  # it was off
     assert torch.backends.mkldnn.enabled
     assert torch.backends.nnpack.set_flags(True) == (True,)  # and is on again
+
+
+@pytest.mark.parametrize(
+    ("vendor", "other_bits"),
+    [("GenuineIntel", False), ("AuthenticAMD", True), ("HygonGenuine", True)],
+)
+def test_a_processor_not_intels_is_said_to_train_other_bits(
+    tmp_path: Path, vendor: str, other_bits: bool
+) -> None:
+    """MKL runs the pinned AVX2 branch on Intel's processors only (docs/reproducibility.md):
+    a report or a score made on another vendor's says its runs are other bits."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 6\n\n" * 2)
+    found = provenance.processor_vendor(cpuinfo)
+    assert found == vendor
+    note = provenance.other_bits_note(found)
+    assert (note is not None) == other_bits
+    assert note is None or (vendor in note and "docs/reproducibility.md" in note)
+
+
+def test_a_vendor_that_cannot_be_read_is_unknown_and_noted_nowhere(tmp_path: Path) -> None:
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: a board\n")
+    for source in (tmp_path / "cpuinfo", tmp_path / "absent"):
+        assert provenance.processor_vendor(source) == "unknown"
+    assert provenance.other_bits_note("unknown") is None
+    assert provenance.machine()["processor vendor"] == provenance.processor_vendor()

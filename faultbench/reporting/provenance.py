@@ -272,6 +272,37 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+#: The vendor whose processors run MKL's pinned branch (:mod:`faultbench.core.kernels`).
+REFERENCE_VENDOR = "GenuineIntel"
+
+
+def processor_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``, ...),
+    or ``unknown`` where ``cpuinfo`` cannot be read or names none (another system)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return "unknown"
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "vendor_id" and value.strip():
+            return value.strip()
+    return "unknown"
+
+
+def other_bits_note(vendor: str) -> str | None:
+    """A note for a command that trains on a processor whose runs are not the bits of
+    ``results/`` (MKL runs the pinned AVX2 branch on Intel's processors only and its AUTO
+    branch elsewhere, docs/reproducibility.md); None on Intel's, or where it is unknown."""
+    if vendor in (REFERENCE_VENDOR, "unknown"):
+        return None
+    return (
+        f"this processor is {vendor}'s, and MKL runs its pinned AVX2 branch on Intel's only: "
+        "runs trained here are other bits than the ones results/ was made of, so a score can "
+        "differ from it (docs/reproducibility.md)"
+    )
+
+
 def machine() -> dict[str, str]:
     """What the report (and, for runs it trained, the training) ran on."""
     import torch
@@ -279,6 +310,7 @@ def machine() -> dict[str, str]:
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "processor vendor": processor_vendor(),
         "python": platform.python_version(),
         "cpu cores": str(os.cpu_count()),
         "torch threads": str(torch.get_num_threads()),

@@ -102,7 +102,13 @@ def _grids(text: str) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Check every argument and the git tree, score every diagnoser × task, write ``--out``."""
-    from faultbench.reporting.provenance import git_revision, require_clean, source_root
+    from faultbench.reporting.provenance import (
+        git_revision,
+        other_bits_note,
+        processor_vendor,
+        require_clean,
+        source_root,
+    )
     from faultbench.scoring.diagnosis import diagnoser_names, get_diagnoser
     from faultbench.tasks.task import get_task, task_names
 
@@ -139,6 +145,8 @@ def main(args: argparse.Namespace) -> int:
         engine.close()
     for note in dict.fromkeys(store.notes):  # each evaluation reloads the grid: say it once
         print(f"faultbench: note: {note}", file=sys.stderr)
+    if bits := other_bits_note(processor_vendor()):
+        print(f"faultbench: note: {bits}", file=sys.stderr)
     print(f"wrote {len(written)} files under {args.out}/")
     return 0
 
