@@ -14,7 +14,6 @@ from __future__ import annotations
 import inspect
 import math
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ import torch
 
 from faultbench.realbugs import Case, CaseRun, case_names, get_case
 from faultbench.realbugs.case import SIGNALS
+from faultbench.reporting.provenance import other_bits_note, processor_vendor
 
 #: Two bugs warn as they happen (the broadcast MSE, the zero-width layer): expected here.
 FILTERS = [
@@ -37,15 +37,6 @@ INTEL_BITS = {
     "pretrainedmodels_bn_momentum_zero": "train minus validation accuracy 0.18 on an AMD EPYC, "
     "0.43 where results/realbugs.md was measured",
 }
-
-
-def intel_processor() -> bool:
-    """Whether this machine's processor is Intel's (Linux's /proc/cpuinfo names the vendor;
-    where it cannot be read, assumed so: the test then holds the case to its symptom)."""
-    try:
-        return "GenuineIntel" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True
 
 
 def half(k: int) -> list[str]:
@@ -71,7 +62,8 @@ def test_faulty_form_shows_the_reported_symptom(name: str) -> None:
     run = trained(name, False)
     value = case.symptom.value(run.trace, run.config)
     shows = case.symptom.shows(run.trace, run.config)
-    if not shows and name in INTEL_BITS and not intel_processor():
+    other_bits = other_bits_note(processor_vendor()) is not None  # not Intel's (nor unknown)
+    if not shows and name in INTEL_BITS and other_bits:
         pytest.xfail(f"{name}: {case.symptom} but got {value:.4g} ({INTEL_BITS[name]})")
     assert shows, f"{name}: {case.symptom} but got {value:.4g}"
 
