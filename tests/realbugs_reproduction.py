@@ -21,7 +21,7 @@ import torch
 
 from faultbench.realbugs import Case, CaseRun, case_names, get_case
 from faultbench.realbugs.case import SIGNALS
-from faultbench.reporting.provenance import other_bits_note, processor_vendor
+from faultbench.reporting.provenance import other_bits_note
 
 #: Two bugs warn as they happen (the broadcast MSE, the zero-width layer): expected here.
 FILTERS = [
@@ -62,7 +62,7 @@ def test_faulty_form_shows_the_reported_symptom(name: str) -> None:
     run = trained(name, False)
     value = case.symptom.value(run.trace, run.config)
     shows = case.symptom.shows(run.trace, run.config)
-    other_bits = other_bits_note(processor_vendor()) is not None  # not Intel's (nor unknown)
+    other_bits = other_bits_note() is not None  # not Intel's (nor unknown)
     if not shows and name in INTEL_BITS and other_bits:
         pytest.xfail(f"{name}: {case.symptom} but got {value:.4g} ({INTEL_BITS[name]})")
     assert shows, f"{name}: {case.symptom} but got {value:.4g}"

@@ -290,10 +290,12 @@ def processor_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return "unknown"
 
 
-def other_bits_note(vendor: str) -> str | None:
-    """A note for a command that trains on a processor whose runs are not the bits of
-    ``results/`` (MKL runs the pinned AVX2 branch on Intel's processors only and its AUTO
-    branch elsewhere, docs/reproducibility.md); None on Intel's, or where it is unknown."""
+def other_bits_note(vendor: str | None = None) -> str | None:
+    """A note for a command that trains on a processor (this one's by default) whose runs are
+    not the bits of ``results/`` (MKL runs the pinned AVX2 branch on Intel's processors only
+    and its AUTO branch elsewhere, docs/reproducibility.md); None on Intel's, or where it is
+    unknown."""
+    vendor = processor_vendor() if vendor is None else vendor
     if vendor in (REFERENCE_VENDOR, "unknown"):
         return None
     return (

@@ -105,7 +105,6 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.reporting.provenance import (
         git_revision,
         other_bits_note,
-        processor_vendor,
         require_clean,
         source_root,
     )
@@ -145,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
         engine.close()
     for note in dict.fromkeys(store.notes):  # each evaluation reloads the grid: say it once
         print(f"faultbench: note: {note}", file=sys.stderr)
-    if bits := other_bits_note(processor_vendor()):
+    if bits := other_bits_note():
         print(f"faultbench: note: {bits}", file=sys.stderr)
     print(f"wrote {len(written)} files under {args.out}/")
     return 0

@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     import time
 
     from faultbench.reporting import resultfile
-    from faultbench.reporting.provenance import other_bits_note, processor_vendor
+    from faultbench.reporting.provenance import other_bits_note
     from faultbench.reporting.submission import score
     from faultbench.scoring.contract import contract_of
     from faultbench.scoring.diagnosis import get_diagnoser
@@ -62,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
         engine.close()
     for note in dict.fromkeys(n for r in reports for n in r.notes):
         print(f"faultbench: note: {note}", file=sys.stderr)
-    if bits := other_bits_note(processor_vendor()):
+    if bits := other_bits_note():
         print(f"faultbench: note: {bits}", file=sys.stderr)
     written = resultfile.write(result, folder)
     trained = sum(r.trained for r in reports)
