@@ -20,7 +20,7 @@ and its evaluation agree on what the score is.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -375,3 +375,59 @@ def infer_kind(y: np.ndarray) -> Kind:
             )
         return KINDS["regression"]
     return MULTICLASS
+
+
+# -- what a user's loop says of its kind -------------------------------------------
+
+#: The kinds that log each metric, the kind whose score it is first: a logged ``val_r2`` says
+#: a regression (or a reconstruction), ``val_f1`` labels. Names every kind logs (accuracy,
+#: loss) say nothing and are not here.
+METRIC_KINDS: Mapping[str, tuple[str, ...]] = {
+    "r2": ("regression", "reconstruction"),
+    "mae": ("regression", "reconstruction"),
+    "mse": ("regression", "reconstruction"),
+    "rmse": ("regression", "reconstruction"),
+    "f1": ("multilabel", "binary"),
+    "auc": ("binary",),
+    "exact_match": ("next_token",),
+    "token_acc": ("next_token",),
+}
+#: What the targets of a loss are, by torch's autograd node for it (the name of
+#: ``type(loss.grad_fn)``): values for an error between values, labels for a binary
+#: cross-entropy (of logits, or of probabilities: a sigmoid's output), classes for a
+#: cross-entropy. Each with the loss's name as a user knows it.
+VALUES, LOGITS, PROBABILITIES, CLASSES = "values", "logits", "probabilities", "classes"
+LOSS_NODES: Mapping[str, tuple[str, str]] = {
+    "MseLossBackward0": (VALUES, "an MSE loss"),
+    "L1LossBackward0": (VALUES, "an L1 loss"),
+    "HuberLossBackward0": (VALUES, "a Huber loss"),
+    "SmoothL1LossBackward0": (VALUES, "a SmoothL1 loss"),
+    "BinaryCrossEntropyWithLogitsBackward0": (LOGITS, "a BCE-with-logits loss"),
+    "BinaryCrossEntropyBackward0": (PROBABILITIES, "a BCE loss (of probabilities)"),
+    "NllLossBackward0": (CLASSES, "a cross-entropy loss"),
+    "NllLoss2DBackward0": (CLASSES, "a cross-entropy loss"),
+}
+#: How to tell the Monitor each kind (the targets ``monitor.step`` is given), in the order a
+#: user is told them when the kind cannot be inferred.
+DECLARE: Mapping[str, str] = {
+    "regression": "real-valued targets",
+    "multiclass": "class indices",
+    "binary": "one logit against 0/1 targets",
+    "multilabel": "a 0/1 target matrix, one logit per label",
+    "reconstruction": "the inputs themselves (an autoencoder)",
+    "next_token": "a language model's next tokens",
+}
+
+
+def kinds_named_by(metrics: Iterable[str]) -> tuple[str, ...]:
+    """The kinds that log every one of ``metrics`` (``<split>_<metric>`` or bare names), the
+    likeliest first; empty where no name says a kind or the names disagree."""
+    named = [METRIC_KINDS[bare] for bare in map(_bare, metrics) if bare in METRIC_KINDS]
+    if not named:
+        return ()
+    return tuple(k for k in named[0] if all(k in kinds for kinds in named[1:]))
+
+
+def _bare(metric: str) -> str:
+    split, _, bare = metric.partition("_")
+    return bare if split in SPLITS else metric

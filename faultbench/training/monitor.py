@@ -44,6 +44,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, TypeVar
 
@@ -52,12 +53,24 @@ import torch
 from torch import nn
 
 from faultbench.core.errors import FaultbenchError
-from faultbench.tasks.kinds import LEGACY, SPLITS, Kind, get_kind
+from faultbench.tasks.kinds import (
+    CLASSES,
+    DECLARE,
+    LEGACY,
+    LOGITS,
+    LOSS_NODES,
+    PROBABILITIES,
+    SPLITS,
+    VALUES,
+    Kind,
+    get_kind,
+    kinds_named_by,
+)
 from faultbench.training.activations import ActivationWatch
 from faultbench.training.attention import AttentionWatch
 from faultbench.training.hostlog import DeviceLog
 from faultbench.training.layers import LayerStats
-from faultbench.training.trace import END_OF_RUN, RunConfig, Trace
+from faultbench.training.trace import END_OF_RUN, RunConfig, Trace, whole_microseconds
 from faultbench.training.widths import FirstForward, classes_of
 
 B = TypeVar("B")
@@ -79,6 +92,36 @@ EARLY_WARNINGS = "faultbench.tools.early"  # the module that answers Monitor.che
 
 class MonitorWarning(UserWarning):
     """Something the Monitor could not record, said once per monitor."""
+
+
+@dataclass(frozen=True)
+class KindReading:
+    """The kind a Monitor reads its run as, and what said so (:attr:`Monitor.kind_reading`)."""
+
+    kind: Kind | None  # None: nothing the Monitor was given says it
+    source: str  # "declared", what it was inferred from, or why it could not be
+    declared: bool = False  # given as Monitor(..., kind=...)
+    likeliest: str = ""  # without a kind: the kind to declare that what was seen suggests
+
+    @property
+    def argument(self) -> str:
+        """The Monitor call that states the kind (the likeliest one where none is known)."""
+        name = self.kind.name if self.kind is not None else self.likeliest or "regression"
+        return f'Monitor(model, optimizer, kind="{name}")'
+
+    def describe(self) -> str:
+        """One line: the kind and what it was read from, or which argument to add."""
+        if self.kind is None:
+            others = ", ".join(f'"{k}" ({what})' for k, what in DECLARE.items())
+            return (
+                f"unknown ({self.source}): add {self.argument}, or the kind that fits of {others}"
+            )
+        if self.declared:
+            return f"{self.kind.name} (declared)"
+        return (
+            f"{self.kind.name}, inferred from {self.source} (if it is not, state it: "
+            f'Monitor(model, optimizer, kind="..."))'
+        )
 
 
 class Monitor:
@@ -107,9 +150,15 @@ class Monitor:
             neither in the accuracy nor as counted tokens.
         kind: What the task predicts (:data:`faultbench.tasks.kinds.KINDS`: "multiclass",
             "binary", "multilabel", "regression", "reconstruction", "next_token"): which
-            score ``step`` records and which logged metric is the task's score. None: only
-            class-index targets are read (a classifier's), anything else records no step
-            score and says so once.
+            score ``step`` records and which logged metric is the task's score. None: inferred
+            from what the loop gives (:attr:`kind_reading` says from what): class-index
+            targets are a classifier's; the targets of an MSE, L1, Huber or SmoothL1 loss
+            (read off the loss's autograd node) or other real values a regression's, or a
+            reconstruction's where they are the batch's inputs; 0/1 targets against one
+            logit a binary task's, a 0/1 matrix a multi-label one's; else the metric names
+            given to :meth:`log_eval` (``val_r2``, ``val_f1``, ...). A step whose output and
+            target say no kind records no step score and says so once. A declared kind
+            always wins.
         targets: The training targets (an array), from which the chance level and the
             loss an untrained model starts near are worked out; by default the targets
             of the first :data:`TARGET_BATCHES` steps given to ``step``.
@@ -156,7 +205,10 @@ class Monitor:
         self._losses = DeviceLog(1)
         self.ignore_index = ignore_index
         self.kind: Kind | None = None if kind is None else get_kind(kind)
-        self._probabilities: bool | None = None  # kind None: float targets are class rows?
+        self._inferred: KindReading | None = None  # the kind a step's output and target said
+        self._batch_inputs: list[torch.Tensor] = []  # until a kind is known: the last batch's
+        self._probability_outputs = False  # a label kind's outputs are a sigmoid's (BCE loss)
+        self._loss_read = False  # the loss's function was read (on the first scored step)
         self._targets_given = None if targets is None else np.asarray(targets)
         self._target_sample: list[torch.Tensor] = []  # the first steps' targets, kept
         self.notes: list[str] = []  # what could not be recorded, and why (each said once)
@@ -205,6 +257,8 @@ class Monitor:
         self._wait.append(waited)
         if not self._batch_size:
             self._first_batch(batch)
+        if self._kind_at_step is None:  # a reconstruction's targets are these inputs
+            self._batch_inputs = _inputs_of(batch)
 
     def step(
         self,
@@ -242,7 +296,7 @@ class Monitor:
         now = time.perf_counter()
         row = None
         if output is not None or target is not None:
-            row = self._score_of(output, target, mask)
+            row = self._score_of(output, target, mask, loss)
         elif mask is not None:
             raise FaultbenchError("monitor.step(mask=...) needs the output and target too")
         value = _loss_value(loss)
@@ -306,7 +360,7 @@ class Monitor:
                 number = float(value)
             except (TypeError, ValueError):
                 raise FaultbenchError(f"log_eval({name}={value!r}): expected a number") from None
-            named[self._metric_name(name)] = number
+            named[name] = number  # named as logged: the kind may be known only later
         self._evals.append((at, named))
 
     def _metric_name(self, name: str) -> str:
@@ -316,17 +370,62 @@ class Monitor:
         return LEGACY.get(name, name)
 
     def _score_name(self) -> str:
-        return self.kind.score if self.kind is not None else "accuracy"
+        kind = self._kind_read
+        return kind.score if kind is not None else "accuracy"
+
+    @property
+    def kind_reading(self) -> KindReading:
+        """The kind this run is read as and from what: declared, inferred from a step's
+        output, target and loss, or from the metric names logged; or, where nothing says
+        it, why not and the likeliest kind to declare."""
+        if self.kind is not None:
+            return KindReading(self.kind, "declared", declared=True)
+        if self._inferred is not None:
+            return self._inferred
+        return self._kind_from_metrics()
 
     @property
     def _kind_read(self) -> Kind | None:
-        """The kind declared, or else multiclass once a step's targets were read as classes."""
+        return self.kind_reading.kind
+
+    @property
+    def _kind_at_step(self) -> Kind | None:
+        """The kind a step is scored as: declared, or said by an earlier step."""
         if self.kind is not None:
             return self.kind
-        return get_kind("multiclass") if self._acc_steps else None
+        return self._inferred.kind if self._inferred is not None else None
+
+    def _kind_from_metrics(self) -> KindReading:
+        """The kind the logged metrics' names say, or why none is known."""
+        logged = list(dict.fromkeys(name for _, named in self._evals for name in named))
+        kinds = kinds_named_by(logged)
+        if kinds:
+            telling = [n for n in logged if kinds_named_by([n])]
+            return KindReading(get_kind(kinds[0]), "the metrics logged: " + ", ".join(telling))
+        seen = []
+        if self.notes:
+            seen.append("monitor.step's output and target say none")
+        elif not self._target_sample:
+            seen.append("monitor.step got no output and target")
+        seen.append(
+            "log_eval logged " + ", ".join(logged) + ", none of them a kind's own metric"
+            if logged
+            else "log_eval logged nothing"
+        )
+        return KindReading(None, "; ".join(seen), likeliest=self._likeliest(logged))
+
+    def _likeliest(self, logged: list[str]) -> str:
+        """Without a kind: the one to suggest, from the targets seen (float: values)."""
+        if self._target_sample:
+            return "regression" if self._target_sample[0].is_floating_point() else "multiclass"
+        if any(name.endswith("_acc") or name.endswith("_accuracy") for name in logged):
+            return "multiclass"
+        return "regression"
 
     # -- what is recorded per step -----------------------------------------------
-    def _score_of(self, output: Any, target: Any, mask: Any = None) -> torch.Tensor | None:
+    def _score_of(
+        self, output: Any, target: Any, mask: Any = None, loss: Any = None
+    ) -> torch.Tensor | None:
         """The batch's [numerator, denominator, counted, padded, padded and counted] on the
         device, or None (said once) where the shapes cannot be read for the kind."""
         if not isinstance(output, torch.Tensor) or not isinstance(target, torch.Tensor):
@@ -338,14 +437,20 @@ class Monitor:
             self._output_classes = classes_of(output)
         if self._targets_given is None and len(self._target_sample) < TARGET_BATCHES:
             self._target_sample.append(target.detach())
-        kind, why = self._readable(output, target)
+        kind, why = self._readable(output, target, loss)
         if kind is None:
             self._note(why)
             if mask is not None:
                 self._padding(mask, tuple(target.shape))  # a malformed mask is still an error
             return None
+        if not self._loss_read:
+            self._loss_read = True
+            labels = kind.name in ("binary", "multilabel")
+            self._probability_outputs = labels and _loss_of(loss)[0] == PROBABILITIES
         if target.is_floating_point() and not kind.float_targets:
             target = target.argmax(-1)  # one-hot or probability rows of classes
+        if self._probability_outputs:  # a sigmoid's output: a label is predicted above 0.5
+            output = output.detach() - 0.5
         parts = kind.step_parts(output, target)
         size = target.numel()
         self._acc_sizes.append(size)
@@ -358,26 +463,24 @@ class Monitor:
         extra = torch.stack([padding.sum(), (padding & counted).sum()]).to(parts.dtype)
         return torch.cat([parts, extra])
 
-    def _readable(self, output: torch.Tensor, target: torch.Tensor) -> tuple[Kind | None, str]:
+    def _readable(
+        self, output: torch.Tensor, target: torch.Tensor, loss: Any = None
+    ) -> tuple[Kind | None, str]:
         """The kind a step's output and target are read as, or None and why not."""
         out, tgt = tuple(output.shape), tuple(target.shape)
-        kind = self.kind
+        kind = self._kind_at_step
         if kind is None:
-            if not target.is_floating_point() and tgt == out[:-1] and len(out) >= 2:
-                return get_kind("multiclass"), ""
-            if (
-                target.is_floating_point()
-                and tgt == out
-                and out[-1] >= 2
-                and _rows_sum_to_1(target)
-            ):
-                return get_kind("multiclass"), ""
-            return None, (
-                f"monitor.step: output {out} and target {tgt} ({target.dtype}) are not class "
-                "indices; no step score is recorded. Pass Monitor(..., kind=...) (one of "
-                "binary, multilabel, regression, reconstruction, multiclass, next_token) so "
-                "that it knows what the targets are"
-            )
+            reading = infer_kind(output, target, loss, self._batch_inputs)
+            if reading.kind is None:
+                return None, (
+                    f"monitor.step: output {out} and target {tgt} ({target.dtype}) say no "
+                    f"kind ({reading.source}); no step score is recorded. Pass "
+                    f"{reading.argument} (or another kind: "
+                    + ", ".join(DECLARE)
+                    + ") so that it knows what the targets are"
+                )
+            self._inferred, self._batch_inputs = reading, []
+            return reading.kind, ""
         if not kind.float_targets:
             if not target.is_floating_point() and tgt == out[:-1]:
                 return kind, ""
@@ -453,6 +556,8 @@ class Monitor:
         if kind is not None and targets is not None and len(targets):
             chance = kind.chance(targets)
             reference = kind.loss_reference(targets, outputs)
+        elif kind is not None and kind.score == "r2":  # the mean predictor's, whatever the targets
+            chance = kind.chance(np.zeros(0))
         return RunConfig(
             optimizer=type(self.optimizer).__name__,
             lr=float(rates.max()) if len(rates) else float(_rate(self.optimizer)),
@@ -501,8 +606,8 @@ class Monitor:
             loss=losses,
             zero_grad_share=layer_series.pop("zero_grad_share"),
             inactive_share=self._acts.inactive_share(recorded),
-            wait_seconds=np.array(self._wait[:steps]),
-            compute_seconds=np.array(self._compute[:steps]),
+            wait_seconds=whole_microseconds(self._wait[:steps]),
+            compute_seconds=whole_microseconds(self._compute[:steps]),
             eval_steps=np.array([at for at, _ in self._evals], dtype=np.float64),
             train_acc=metrics.get(f"train_{score}", nan),
             val_acc=metrics.get(f"val_{score}", nan),
@@ -524,10 +629,16 @@ class Monitor:
         )
 
     def _metric_series(self) -> dict[str, np.ndarray]:
-        """Every logged metric's values, one per evaluation (NaN where it was not logged)."""
-        names = list(dict.fromkeys(name for _, logged in self._evals for name in logged))
+        """Every logged metric's values, one per evaluation (NaN where it was not logged),
+        under its stored name (the score's for ``train_acc``/``val_acc``, by the kind read
+        now)."""
+        evals = [
+            {self._metric_name(name): value for name, value in logged.items()}
+            for _, logged in self._evals
+        ]
+        names = list(dict.fromkeys(name for logged in evals for name in logged))
         return {
-            name: np.array([logged.get(name, np.nan) for _, logged in self._evals], np.float64)
+            name: np.array([logged.get(name, np.nan) for logged in evals], np.float64)
             for name in names
         }
 
@@ -608,6 +719,116 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, (tuple, list)):
         return [t for item in value for t in _tensors(item)]
     return []
+
+
+def _inputs_of(batch: Any) -> list[torch.Tensor]:
+    """The float tensors a batch feeds the model: the first item of a tuple or list (its
+    inputs; the rest are targets), a dict's entries other than its labels, or the batch."""
+    if isinstance(batch, (tuple, list)) and batch:
+        batch = batch[0]
+    elif isinstance(batch, dict):
+        batch = {k: v for k, v in batch.items() if k not in ("labels", "label", "targets", "y")}
+    return [t for t in _tensors(batch) if t.is_floating_point()]
+
+
+# -- the kind a step says ------------------------------------------------------------
+
+#: How far up a loss's autograd graph its loss function is looked for: a loss scaled or
+#: summed with a penalty (``0.5 * mse + l2``) has it a node or two below the top.
+LOSS_DEPTH = 4
+
+
+def infer_kind(
+    output: torch.Tensor,
+    target: torch.Tensor,
+    loss: Any = None,
+    inputs: Sequence[torch.Tensor] = (),
+) -> KindReading:
+    """The kind that a step's ``output``, ``target`` and ``loss`` say, and from what.
+
+    Class-index targets (the output's shape without its last dimension, two or more
+    outputs) and float rows that sum to 1 are a classifier's, as ever. Other targets need
+    one per output value; then the loss's function, read off its autograd node, says
+    what they are (an MSE, L1, Huber or SmoothL1 loss: values; a binary cross-entropy:
+    labels), or else their values do (0/1: labels; others: values). Labels are binary
+    against one output per example, multi-label against a matrix of the output's shape;
+    values are a reconstruction's where they are one of the batch's ``inputs``, else a
+    regression's. Reads the device once or twice (the step that decides, only).
+    """
+    out, tgt = tuple(output.shape), tuple(target.shape)
+    floats = target.is_floating_point()
+    if not floats and len(out) >= 2 and tgt == out[:-1] and out[-1] >= 2:
+        return KindReading(get_kind("multiclass"), f"class-index targets {tgt} for outputs {out}")
+    if floats and len(out) >= 2 and tgt == out and out[-1] >= 2 and _rows_sum_to_1(target):
+        return KindReading(get_kind("multiclass"), "targets that are rows of class probabilities")
+    if target.numel() != output.numel() or tgt[:1] != out[:1]:
+        classes = len(out) >= 2 and tgt == out[:-1]
+        return KindReading(
+            None,
+            "class indices must be integers" if classes else "not one target per output value",
+            likeliest="multiclass" if classes or not floats else "regression",
+        )
+    family, loss_name = _loss_of(loss)
+    if family == CLASSES:
+        return KindReading(
+            None, f"{loss_name} but targets that are no class indices", likeliest="multiclass"
+        )
+    if family in (LOGITS, PROBABILITIES):
+        return _labels(out, tgt, f"the targets of {loss_name}")
+    if family == VALUES:
+        return _values(target, inputs, f"the float targets of {loss_name}")
+    if _zero_one(target):
+        return _labels(out, tgt, "0/1 targets")
+    return _values(target, inputs, "real-valued targets")
+
+
+def _labels(out: tuple[int, ...], tgt: tuple[int, ...], said_by: str) -> KindReading:
+    per_example = math.prod(out[1:]) if len(out) >= 2 else 1
+    if per_example == 1:
+        return KindReading(get_kind("binary"), f"{said_by} against one logit per example")
+    if tgt == out:
+        return KindReading(get_kind("multilabel"), f"{said_by}: a 0/1 matrix {tgt}")
+    return KindReading(None, f"{said_by} of shape {tgt} for outputs {out}", likeliest="multilabel")
+
+
+def _values(target: torch.Tensor, inputs: Sequence[torch.Tensor], said_by: str) -> KindReading:
+    if any(_same_values(x, target) for x in inputs):
+        return KindReading(get_kind("reconstruction"), f"{said_by} that are the batch's inputs")
+    return KindReading(get_kind("regression"), said_by)
+
+
+def _loss_of(loss: Any) -> tuple[str, str]:
+    """What the targets of ``loss``'s function are (:data:`~faultbench.tasks.kinds.LOSS_NODES`)
+    and its name, found within :data:`LOSS_DEPTH` nodes of the top; ``("", "")`` for a float,
+    a detached loss or one written out by hand, except the mean of an absolute or squared
+    difference (an L1 or MSE loss spelled out)."""
+    node = getattr(loss, "grad_fn", None)
+    level = [node] if node is not None else []
+    for _ in range(LOSS_DEPTH):
+        for node in level:
+            name = type(node).__name__
+            if name in LOSS_NODES:
+                return LOSS_NODES[name]
+            below = [type(n).__name__ for n, _ in node.next_functions if n is not None]
+            if name in ("AbsBackward0", "PowBackward0") and "SubBackward0" in below:
+                return VALUES, "an L1 loss" if name == "AbsBackward0" else "a squared error"
+        level = [n for node in level for n, _ in node.next_functions if n is not None]
+    return "", ""
+
+
+def _zero_one(target: torch.Tensor) -> bool:
+    """Whether every target is 0 or 1 (read back once, on the step that decides the kind)."""
+    t = target.detach()
+    return bool(((t == 0) | (t == 1)).all().item())
+
+
+def _same_values(x: torch.Tensor, target: torch.Tensor) -> bool:
+    """Whether ``target`` is the input ``x`` (the same tensor, or the same values)."""
+    if x is target:
+        return True
+    if x.shape != target.shape or x.dtype != target.dtype:
+        return False
+    return bool(torch.equal(x.detach().to(target.device), target.detach()))
 
 
 def _rows_sum_to_1(target: torch.Tensor) -> bool:
