@@ -81,6 +81,15 @@ class RunConfig:
         return cls(**{**data, "layer_widths": tuple(data["layer_widths"])})
 
 
+def whole_microseconds(seconds: Any) -> np.ndarray:
+    """Wall-clock seconds kept to the microsecond, as the Monitor records its timings.
+
+    A loaded machine's timing jitter is far larger than a microsecond, and a finer record
+    only costs space: whole microseconds are what the runs dataset stores as integers,
+    and read back as these exact floats (the nearest double to n / 10**6)."""
+    return np.rint(np.asarray(seconds, dtype=np.float64) * 1e6) / 1e6
+
+
 def _array(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
