@@ -38,10 +38,11 @@ from faultbench.training.engine import Engine
 @dataclass(frozen=True)
 class _Job:
     """Evaluations as a worker gets them, one after another in one process (the store by
-    its folder: a Store does not travel)."""
+    its folder, and the runs dataset it stands on by its own: a Store does not travel)."""
 
     evaluations: tuple[Evaluation, ...]
     root: Path
+    runs: Path | None
     timeout: float
     isolate: bool | None
 
@@ -133,7 +134,8 @@ def diagnose_ahead(
         key = (ev.task, ev.grid) if ev.seeds >= most else (ev.task, ev.grid, ev.diagnoser)
         groups.setdefault(key, []).append(ev)
     order = sorted(groups.values(), key=lambda g: (g[0].seeds >= most, g[0].grid == "classic"))
-    jobs = [_Job(tuple(group), store.root, timeout, isolate) for group in order]
+    runs = store.runs.folder if store.runs is not None else None
+    jobs = [_Job(tuple(group), store.root, runs, timeout, isolate) for group in order]
     for _ in engine.map_unordered(_diagnose, jobs):
         pass  # answers are in the store; an exception here is met again by the report
 
@@ -153,7 +155,7 @@ def _diagnose(job: _Job) -> int:
                 faults=ev.faults,
                 every=ev.every,
                 prefix=ev.prefix,
-                store=_store(job.root),
+                store=_store(job.root, job.runs),
                 timeout=job.timeout,
                 isolate=job.isolate,
                 progress=False,
@@ -164,14 +166,14 @@ def _diagnose(job: _Job) -> int:
     return answered
 
 
-_STORES: dict[Path, Store] = {}
+_STORES: dict[tuple[Path, Path | None], Store] = {}
 
 
-def _store(root: Path) -> Store:
+def _store(root: Path, runs: Path | None) -> Store:
     """One Store per folder in a worker: it keeps the records it has read for the next job."""
-    if root not in _STORES:
-        _STORES[root] = Store(root)
-    return _STORES[root]
+    if (root, runs) not in _STORES:
+        _STORES[root, runs] = Store(root, runs=runs)
+    return _STORES[root, runs]
 
 
 __all__ = ["Evaluation", "diagnose_ahead", "train_all"]

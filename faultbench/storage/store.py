@@ -8,6 +8,11 @@ Files are written whole or not at all (:func:`faultbench.storage.files.write_ato
 a stray ``.part`` file is never read); an attempt file is never overwritten, and a
 failed attempt keeps its file next to the later one that succeeded.
 
+A store can stand on a runs dataset (:mod:`faultbench.storage.dataset`: the board's runs as
+Parquet, shipped in ``results/runs/``): a run it holds under the run's current key is read
+from there and never trained again, unless this store holds the very attempt it was
+exported from (the same bits, with every step where the dataset keeps every 20th).
+
 Several processes may share one store: whoever trains a run holds its key's
 lock file (``<key>/.lock``, an ``fcntl.flock``) while training and writing it,
 and anyone who waited for that lock reads the store again before training, so
@@ -29,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from faultbench.core.errors import FaultbenchError
+from faultbench.storage.dataset import RunsDataset, open_runs
 from faultbench.storage.files import write_atomic
 from faultbench.storage.records import BrokenRecord, RunRecord, RunSpec, dumps, loads
 
@@ -46,10 +52,20 @@ class Store:
 
     Args:
         root: The directory; :func:`default_root` when omitted.
+        runs: The runs dataset it stands on: a folder, an open one, None for none, or
+            "default" (:func:`faultbench.storage.dataset.default_runs`: ``$FAULTBENCH_RUNS``,
+            else the checkout's ``results/runs/``).
     """
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        runs: RunsDataset | str | os.PathLike[str] | None = "default",
+    ) -> None:
         self.root = Path(root) if root is not None else default_root()
+        self.runs = runs if isinstance(runs, RunsDataset) or runs is None else open_runs(runs)
+        self._shipped: dict[RunSpec, RunRecord] = {}  # records read from the dataset
         self.notes: list[str] = []  # problems met while reading, for the user to see
         # Records already read, by file and its size and change time: a report reads
         # each run once per diagnoser, and an attempt file, once written, never changes.
@@ -150,6 +166,9 @@ class Store:
             if kept is not None:
                 return deepcopy(kept) if copy else kept
             del self._found[spec]
+        shipped = self._from_runs(spec)
+        if shipped is not None:
+            return deepcopy(shipped) if copy else shipped
         notes = len(self.notes)
         found: RunRecord | None = None
         found_at: Path | None = None
@@ -177,6 +196,26 @@ class Store:
         if not note:
             del self.notes[notes:]
         return found
+
+    def _from_runs(self, spec: RunSpec) -> RunRecord | None:
+        """The dataset's record of ``spec``, or this store's copy of the same attempt (the
+        same bits, and every step where the dataset may keep every 20th); None when the
+        dataset does not hold the run under its current key."""
+        if self.runs is None:
+            return None
+        if spec not in self._shipped:
+            record = self.runs.load(spec, self.key(spec))
+            if record is None:
+                return None
+            self._shipped[spec] = record
+        record = self._shipped[spec]
+        same = self.spec_dir(spec) / record.key / f"{record.attempt}.json"
+        if same.exists():
+            local = self._read(same, spec, copy=False)
+            if local is not None and local.ok == record.ok:
+                self._found[spec] = same
+                return local
+        return record
 
     def _kept(self, path: Path) -> RunRecord | None:
         """The record read from ``path`` before, if the file is as it was then."""

@@ -62,6 +62,18 @@ def engine_name(text: str) -> str:
     return text
 
 
+def add_runs_argument(parser: argparse.ArgumentParser) -> None:
+    """``--runs``: the runs dataset a store stands on."""
+    parser.add_argument(
+        "--runs",
+        default="default",
+        metavar="DIR",
+        help="the runs dataset to read runs from before training any (default: "
+        "$FAULTBENCH_RUNS, else results/runs/ of this checkout; 'none': train into the "
+        "store alone)",
+    )
+
+
 def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     """``--store``, ``--engine``, ``--workers``, ``--address``, ``--timeout``, ``--in-process``."""
     parser.add_argument(
@@ -69,6 +81,7 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="record directory (default: $FAULTBENCH_STORE or ~/.cache/faultbench/runs)",
     )
+    add_runs_argument(parser)
     parser.add_argument(
         "--engine",
         type=engine_name,
@@ -118,11 +131,14 @@ def engine_from(args: argparse.Namespace) -> Engine:
 
 
 def store_from(args: argparse.Namespace) -> Store:
-    """The store the arguments ask for, refused at once if it can never be one."""
+    """The store the arguments ask for, refused at once if it can never be one (or if the
+    runs dataset it stands on was made by other training code)."""
     from faultbench.storage.store import Store
 
-    store = Store(args.store)
+    store = Store(args.store, runs=getattr(args, "runs", "default"))
     store.check()
+    if store.runs is not None:
+        store.runs.check_code()  # a dataset of other training code would retrain every run
     return store
 
 

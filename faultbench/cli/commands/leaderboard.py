@@ -6,7 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from faultbench.cli.commands.common import add_board_arguments, board_from, positive_int
+from faultbench.cli.commands.common import (
+    add_board_arguments,
+    add_runs_argument,
+    board_from,
+    positive_int,
+    store_from,
+)
 
 NAME = "leaderboard"
 HELP = "assemble results/leaderboard*.md, its csv, figure and site from results/diagnosers/"
@@ -29,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the record store the answers were made on, for --verify and the site's "
         "evidence (default: $FAULTBENCH_STORE or ~/.cache/faultbench/runs)",
     )
+    add_runs_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,13 +46,12 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.reporting import assemble
     from faultbench.reporting.pages import write_docs
     from faultbench.reporting.submission import evidence_from, verify
-    from faultbench.storage.store import Store
 
     start = time.perf_counter()
     board = board_from(args)
     results = Path(args.results)
     assembled = assemble.load(results, board)  # a broken or stale file: exit 2, nothing written
-    store = Store(args.store)
+    store = store_from(args)  # --verify re-diagnoses runs read from the dataset
     if args.verify:
         for f in assembled.files:
             differ = verify(f, args.verify, store=store)

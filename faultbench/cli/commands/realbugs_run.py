@@ -45,12 +45,11 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Score the diagnoser on the suite and print the report."""
-    from faultbench.storage.store import Store
+    from faultbench.cli.commands.common import store_from
     from faultbench.tools.realbugs import evaluate_realbugs
 
     check_arguments(args)
-    store = Store(args.store)
-    store.check()
+    store = store_from(args)
     report = evaluate_realbugs(
         args.diagnoser,
         case_names=args.cases,
