@@ -17,13 +17,26 @@ the failure (``OBSERVED``) or inferred it from reading code, the task's kind (``
 and the ``REFERENCE`` its fixed twin is held to: the twin must be healthy by the
 benchmark's one bar (:func:`faultbench.storage.bases.trace_verdict`), the same a drawn
 base of the grid passes.
+
+And it records how it was held to its source (issue 51): ``SOURCE_CHECK`` (a
+:class:`SourceCheck`: what of the source was read, whether the label matches the
+registry's definition and the script's mechanism the source's), and
+``TWIN_DEPARTURES``: every place where the fixed twin departs from the faulty form
+beyond the fix, each in words (``()`` when the forms differ on the bug's lines only).
+:func:`fixed_branches` counts the places where the script branches on ``fixed``; they
+must be the bug's own (``BUG_BRANCHES``, 1 unless the module says otherwise) plus one per
+declared departure.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -59,7 +72,19 @@ CONSTANTS = {
     "REPORTED_EFFECT": "the effect the source reports, with its numbers",
     "REENACTED_EFFECT": "the effect this script shows, with its numbers, beside it",
     "OBSERVED": "True: the reporter saw the failure; False: inferred from reading code",
+    "SOURCE_CHECK": "what of the source was read, and whether label and mechanism match it",
+    "TWIN_DEPARTURES": "each place the fixed twin departs from the faulty form beyond the fix",
 }
+#: How many of the script's branches on ``fixed`` are the bug's own, unless a case's
+#: ``BUG_BRANCHES`` says more (a fix moved from one place to another is two).
+BUG_BRANCHES = 1
+#: What a SourceCheck's label and mechanism start with: the verdict, then ": " and why.
+MATCHES = "matches"
+PARTLY = "partly"  # the mechanism only: the source's bug, in a stand-in's form (says which)
+NOT_CHECKED = "not checked"  # the source was not read again (says why)
+VERDICTS = (MATCHES, PARTLY, NOT_CHECKED)
+#: Words that mark a text as unfinished: a case carrying one is refused.
+PLACEHOLDER = re.compile(r"\b(PLACEHOLDER|TODO|TBD|FIXME|XXX)\b")
 #: The fidelity constants, in the order the tables show them.
 FIDELITY = ("FIDELITY_DATA", "FIDELITY_MODEL", "FIDELITY_CODE")
 #: The rule that makes a case faithful (realbugs/README.md says what counts as own).
@@ -224,6 +249,39 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class SourceCheck:
+    """How a case was held to its source: what was read, and what it says of the case.
+
+    ``label`` and ``mechanism`` each start with a verdict of :data:`VERDICTS` and say why
+    after ": " (``"matches: the answer blames ..."``). Whether the twin differs from the
+    faulty form on the bug's lines only is the case's ``TWIN_DEPARTURES``, counted against
+    the script by :func:`fixed_branches`.
+    """
+
+    read: str  # what of the source was read, and where (or that the stored corpus lacks it)
+    label: str  # whether LABEL is what the registry defines for the source's diagnosis
+    mechanism: str  # whether the script breaks what the source broke, the way it broke it
+
+    def problem(self) -> str:
+        """Why the check is malformed, or ""."""
+        for name in ("label", "mechanism"):
+            verdict, _, why = getattr(self, name).partition(": ")
+            if verdict not in VERDICTS or not why.strip():
+                return f"SOURCE_CHECK.{name} must start with one of {VERDICTS}, ': ' and why"
+        if self.label.startswith(PARTLY):
+            return "SOURCE_CHECK.label: a label matches its source's diagnosis or is changed"
+        if not self.read.strip():
+            return "SOURCE_CHECK.read is empty: say what of the source was read"
+        return ""
+
+    @property
+    def summary(self) -> str:
+        """The two verdicts, for the README's table (``label matches, mechanism partly``)."""
+        verdicts = (getattr(self, n).partition(": ")[0] for n in ("label", "mechanism"))
+        return "label {}, mechanism {}".format(*verdicts)
+
+
+@dataclass(frozen=True)
 class Case:
     """One real bug, read off its module (see the module docstring)."""
 
@@ -246,6 +304,9 @@ class Case:
     reported_effect: str  # REPORTED_EFFECT
     reenacted_effect: str  # REENACTED_EFFECT
     observed: bool  # OBSERVED
+    source_check: SourceCheck  # SOURCE_CHECK
+    twin_departures: tuple[str, ...]  # TWIN_DEPARTURES
+    bug_branches: int = BUG_BRANCHES  # BUG_BRANCHES, where the module sets it
 
     @property
     def faithful(self) -> bool:
@@ -298,6 +359,9 @@ class Case:
             module.REPORTED_EFFECT,
             module.REENACTED_EFFECT,
             module.OBSERVED,
+            module.SOURCE_CHECK,
+            module.TWIN_DEPARTURES,
+            getattr(module, "BUG_BRANCHES", BUG_BRANCHES),
         )
         problem = case._problem(labels)
         if problem:
@@ -313,7 +377,7 @@ class Case:
             return f"MODEL {self.model!r}; expected one of {MODEL_KINDS}"
         if not isinstance(self.symptom, Symptom):
             return f"SYMPTOM is a {type(self.symptom).__name__}; expected a Symptom"
-        return self._fidelity_problem() or self._text_problem()
+        return self._fidelity_problem() or self._check_problem() or self._text_problem()
 
     def _fidelity_problem(self) -> str:
         if self.kind not in task_kinds():
@@ -342,15 +406,116 @@ class Case:
             return f"REENACTED_EFFECT {self.reenacted_effect!r} gives no number; expected its size"
         return ""
 
-    def _text_problem(self) -> str:
+    def _check_problem(self) -> str:
+        if not isinstance(self.source_check, SourceCheck):
+            return f"SOURCE_CHECK is a {type(self.source_check).__name__}; expected a SourceCheck"
+        departures = self.twin_departures
+        if not isinstance(departures, tuple) or not all(isinstance(d, str) for d in departures):
+            return f"TWIN_DEPARTURES {departures!r}; expected a tuple of texts (or ())"
+        if not isinstance(self.bug_branches, int) or self.bug_branches < 1:
+            return f"BUG_BRANCHES {self.bug_branches!r}; expected a count of at least 1"
+        return self.source_check.problem()
+
+    def texts(self) -> dict[str, str]:
+        """Every text the case states, by field (the source check's and departures' too)."""
         texts = {
             f.name: getattr(self, f.name)
             for f in fields(self)
             if isinstance(getattr(self, f.name), str)
         }
+        if isinstance(self.source_check, SourceCheck):
+            texts.update(
+                {
+                    f"source_check.{f.name}": getattr(self.source_check, f.name)
+                    for f in fields(self.source_check)
+                }
+            )
+        texts.update({f"twin_departures[{i}]": d for i, d in enumerate(self.twin_departures)})
+        return texts
+
+    def _text_problem(self) -> str:
+        texts = self.texts()
         empty = [k for k, v in texts.items() if not v.strip()]
-        return f"empty {empty}" if empty else ""
+        if empty:
+            return f"empty {empty}"
+        unfinished = [k for k, v in texts.items() if PLACEHOLDER.search(v)]
+        return f"placeholder text in {unfinished}" if unfinished else ""
+
+    def branch_problem(self) -> str:
+        """Why the script's branches on ``fixed`` are not the bug's own plus one per declared
+        departure, or "" (read from the case's module source)."""
+        found = fixed_branches(Path(inspect.getsourcefile(self.script) or "").read_text())
+        declared = self.bug_branches + len(self.twin_departures)
+        if len(found) == declared:
+            return ""
+        lines = ", ".join(str(line) for line in found)
+        return (
+            f"the script branches on `fixed` {len(found)} times (lines {lines}); the case "
+            f"declares {self.bug_branches} for the bug and {len(self.twin_departures)} "
+            "TWIN_DEPARTURES: declare every place the twin departs beyond the fix"
+        )
 
     def run(self, *, fixed: bool, **kwargs: Any) -> CaseRun:
         """Run the script in one form (``fixed=False``: the bug as reported)."""
         return self.script(fixed, **kwargs)
+
+
+def fixed_branches(source: str) -> list[int]:
+    """The lines where a case module's code decides on ``fixed``: one per decision.
+
+    A decision is any read of the script's first parameter (``fixed``), or of an attribute
+    of that name (``self.fixed``): ``if fixed``, ``x if fixed else y``, ``not fixed``,
+    ``fixed and ...``, ``f(widen=fixed)``. Handing the flag on decides nothing, and is not
+    counted: passing it to a function or class of the module whose parameter bears the
+    same name (its own reads are counted there), or storing it as ``self.fixed``.
+    """
+    tree = ast.parse(source)
+    script = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "script")
+    flag = script.args.args[0].arg
+    takes_flag = _callables_taking(tree, flag)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Name | ast.Attribute) or _flag_of(node) != flag:
+            continue
+        if isinstance(node.ctx, ast.Load) and not _hands_on(node, parents, takes_flag):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def _callables_taking(tree: ast.Module, flag: str) -> set[str]:
+    """The module's functions and classes (by their ``__init__``) with a parameter ``flag``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name != "script":
+            arguments = node.args.args + node.args.kwonlyargs
+            if any(a.arg == flag for a in arguments):
+                names.add(node.name)
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(f, ast.FunctionDef)
+            and f.name == "__init__"
+            and any(a.arg == flag for a in f.args.args + f.args.kwonlyargs)
+            for f in node.body
+        ):
+            names.add(node.name)
+    return names
+
+
+def _hands_on(node: ast.AST, parents: dict[ast.AST, ast.AST], takes_flag: set[str]) -> bool:
+    """Whether this read of the flag only passes it on (see :func:`fixed_branches`)."""
+    parent = parents.get(node)
+    if isinstance(parent, ast.keyword):
+        parent = parents.get(parent)
+    if isinstance(parent, ast.Call) and node is not parent.func:
+        callee = parent.func
+        return isinstance(callee, ast.Name) and callee.id in takes_flag
+    while isinstance(parent, ast.Tuple):  # self.a, self.fixed = ..., fixed
+        parent = parents.get(parent)
+    if isinstance(parent, ast.Assign):
+        targets = [t for target in parent.targets for t in ast.walk(target)]
+        return any(isinstance(t, ast.Attribute) and t.attr == _flag_of(node) for t in targets)
+    return False
+
+
+def _flag_of(node: ast.AST) -> str:
+    return node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")

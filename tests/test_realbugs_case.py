@@ -11,7 +11,7 @@ import pytest
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import labels
 from faultbench.realbugs import OWN, Case, CaseRun, Reference, Symptom, kit
-from faultbench.realbugs.case import CONSTANTS, SIGNALS
+from faultbench.realbugs.case import CONSTANTS, SIGNALS, SourceCheck
 from faultbench.training.trace import RunConfig, Trace
 
 CONFIG = RunConfig("SGD", 0.1, 8, 20, 3, (4, 3), 15)
@@ -95,6 +95,13 @@ def test_symptom_refuses_a_malformed_check(kwargs: dict[str, object], why: str) 
         Symptom(**kwargs)  # type: ignore[arg-type]
 
 
+CHECK = SourceCheck(
+    read="the issue thread and its accepted answer",
+    label="matches: the head never receives a gradient step, a frozen layer",
+    mechanism="matches: the optimizer built before the head was added",
+)
+
+
 def module(**overrides: object) -> types.ModuleType:
     mod = types.ModuleType("faultbench.realbugs.cases.example_bug")
     constants: dict[str, object] = {
@@ -115,6 +122,8 @@ def module(**overrides: object) -> types.ModuleType:
         "REPORTED_EFFECT": "none given: the loss stays flat",
         "REENACTED_EFFECT": "the loss ends at 0.99 of its start",
         "OBSERVED": True,
+        "SOURCE_CHECK": CHECK,
+        "TWIN_DEPARTURES": (),
         "script": lambda fixed, **_: None,
     }
     constants.update(overrides)
@@ -205,6 +214,8 @@ def test_every_constant_is_documented() -> None:
         "REPORTED_EFFECT",
         "REENACTED_EFFECT",
         "OBSERVED",
+        "SOURCE_CHECK",
+        "TWIN_DEPARTURES",
     ]
 
 

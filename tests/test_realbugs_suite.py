@@ -17,7 +17,12 @@ from faultbench.realbugs.case import SOURCE_HOSTS
 #: What the suite must hold (issue 40): cases in all, per known classifier label, outside
 #: the known labels, and in the task kinds other than multiclass and next_token.
 MIN_CASES = 70  # issue 40: the classifier and language-model cases together
-MIN_PER_LABEL = 3  # 4 for every label but too_small_model (see the README)
+MIN_PER_LABEL = 4  # every known label, but the SHORT ones the README accounts for
+#: Labels whose public sources fell short of MIN_PER_LABEL, with their counts: issue 51
+#: relabelled a case of each (a 2-2-1 XOR net can represent XOR; a quartic fit fails by its
+#: targets' scale, not its inputs'), and realbugs/README.md's coverage note says so with
+#: the searches made.
+SHORT = {"too_small_model": 2, "huge_inputs": 3}
 MIN_OTHER_FAULT = 15
 MIN_NEW_KINDS = 12
 NEW_KINDS = ("binary", "multilabel", "regression", "reconstruction")
@@ -33,11 +38,18 @@ def test_every_known_fault_and_enough_outside_the_known_labels() -> None:
     counted = Counter(case.label for case in all_cases())
     known = CLASSIFIER_FAULTS  # the nine classifier labels (a language model's have their own)
     assert set(known) <= set(counted)
-    assert min(counted[label] for label in known) >= MIN_PER_LABEL, counted
-    short = {label for label in known if counted[label] < 4}
-    assert short <= {"too_small_model"}, counted  # the README says why
+    short = {label: counted[label] for label in FAULTS.names() if counted[label] < MIN_PER_LABEL}
+    assert short == SHORT, counted  # a label gained or lost a case: update SHORT and the README
     assert counted[OTHER_FAULT] >= MIN_OTHER_FAULT, counted
     assert set(counted) <= {*FAULTS.names(), OTHER_FAULT} and HEALTHY not in counted
+
+
+def test_the_readme_accounts_for_each_label_short_of_the_minimum() -> None:
+    from faultbench.realbugs.readme import README
+
+    coverage = README.read_text().split("## Coverage", 1)[1].split("\n## ", 1)[0]
+    for label, count in SHORT.items():
+        assert f"`{label}` ({count})" in coverage, label  # named with its count, and why
 
 
 def test_enough_cases_in_the_new_task_kinds() -> None:

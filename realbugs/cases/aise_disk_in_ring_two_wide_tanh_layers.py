@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import OWN, Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://ai.stackexchange.com/questions/18751"
 REPORTED = (
@@ -69,6 +70,19 @@ REENACTED_EFFECT = (
     "(validation 0.877 and 0.880); at 200, 6 of 8 reached 1.000"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "not read again: the stored pages corpus returned no copy of the question (searched for a"
+        " disk inside a ring, 2-unit tanh layers); when written, the question was read and its "
+        "answer only in a rewritten copy, as DIAGNOSIS says."
+    ),
+    label=(
+        "not checked: the thread could not be read again; the case's diagnosis, the reporter's "
+        "own comparison of 2 and 3 units, fits too_small_model's definition."
+    ),
+    mechanism="not checked: the thread could not be read again.",
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 150
 HIDDEN_LAYERS = 15
 SIZE = 200  # points of each class, as the question's size_

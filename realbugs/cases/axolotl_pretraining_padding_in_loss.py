@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/axolotl-ai-cloud/axolotl/pull/2227"
 REPORTED = (
@@ -46,6 +47,18 @@ FIDELITY_CODE = "stand-in: our loop; labels copied from the padded input ids"
 REPORTED_EFFECT = "none given: the loss covered the padding (fixed from reading the code)"
 REENACTED_EFFECT = "training loss 0.68 against the twin's 1.46; next-token accuracy 0.50 vs 0.49"
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the merged pull request's description (stored issues corpus): pretraining without sample"
+        " packing computed the loss over the padding tokens too; its diff was not read."
+    ),
+    label="matches: a loss that counts padding tokens is the registry's unmasked_loss.",
+    mechanism=(
+        "matches: labels copied from padded ids, the fix labels the padding -100, on generated "
+        "documents and a small decoder."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CONTEXT = 24, 28
 
 

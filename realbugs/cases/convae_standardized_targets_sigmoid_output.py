@@ -1,11 +1,17 @@
 """An autoencoder ends in a sigmoid but reconstructs images standardized to mean 0:
-it cannot output their negative half."""
+it cannot output their negative half.
+
+Issue 51 relabelled it from ``other_fault`` to ``softmax_before_loss``: the registry's
+``softmax_before_loss.sigmoid_output`` variant is this bug (a regression's or
+reconstruction's output ends in ``nn.Sigmoid``, and the targets leave (0, 1)), whatever
+side the fix takes (here the merged one: targets back in [0, 1])."""
 
 import torch
 from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/mikesj-public/convolutional_autoencoder/pull/9"
 REPORTED = (
@@ -20,7 +26,9 @@ DIAGNOSIS = (
     "would be the other fix; the maintainer: 'the original version used tanh for that "
     "exact reason')."
 )
-LABEL = "other_fault"
+# softmax_before_loss.sigmoid_output: "a regression's output ends in nn.Sigmoid: no prediction
+# leaves (0, 1), the targets do" (faultbench/faults/models.py), for reconstruction too.
+LABEL = "softmax_before_loss"
 MODEL = "mlp"
 OPTIMIZER = "Adam"
 DATA = (
@@ -46,6 +54,23 @@ REENACTED_EFFECT = (
     "reconstructs with R² 0.815"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the merged pull request (stored issues corpus): its description (standardizing chops off"
+        " the bottom half, the network cannot reconstruct negative values; a tanh output the "
+        "other fix) and the maintainer's reply (the original used tanh for that reason)."
+    ),
+    label=(
+        "matches: relabelled in issue 51 from other_fault; a sigmoid output whose targets leave "
+        "(0, 1) is the registry's softmax_before_loss.sigmoid_output, for regression and "
+        "reconstruction."
+    ),
+    mechanism=(
+        "matches: a sigmoid-ended autoencoder trained on standardized images; the fix is the "
+        "merged one (images kept in [0, 1]), on a dense stand-in of the convolutional notebook."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 12
 CODE = 16
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import OWN, Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://stats.stackexchange.com/questions/284189"
 REPORTED = (
@@ -47,6 +48,23 @@ REENACTED_EFFECT = (
     "against least squares' 0.588"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the question and its accepted answer (stored pages corpus): Dense(1), SGD at Keras's "
+        "default, batch 1, 30 epochs, NaN every epoch, a decent line only at 1e-7; the answer: no"
+        " normalization, StandardScaler on x and y and the default rate."
+    ),
+    label=(
+        "matches: raw inputs far off unit scale (huge_inputs); a linear unit under SGD diverges "
+        "by its inputs' scale, which the tiny rate only compensated."
+    ),
+    mechanism=(
+        "matches: the question's model and loop on stand-in Advertising-like data; the twin "
+        "standardizes x and y in the one fixed branch, as the answer does (y with x, not a "
+        "separate change)."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 5
 
 

@@ -8,6 +8,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 from faultbench.tasks.kinds import get_kind
 
 SOURCE = "https://github.com/tyshiwo1/DiM-DiffusionMamba/issues/5"
@@ -48,6 +49,21 @@ FIDELITY_CODE = "stand-in: our loop; the resume restores the weights and optimiz
 REPORTED_EFFECT = "none given: the rate restarts from its initial state (plots; no loss given)"
 REENACTED_EFFECT = "last tenth's loss 1.6 times its lowest, R² 0.50; the twin 1.02 and 0.70"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue thread (stored issues corpus): the report (resumed from 125000.ckpt, the rate "
+        "started from its initial state) and the maintainer's replies (weights and optimizer "
+        "statistics resumed, the schedulers now resumed too)."
+    ),
+    label=(
+        "matches: resuming without the schedule's state is the registry's resume_without_state."
+    ),
+    mechanism=(
+        "matches: weights and optimizer restored, the scheduler not; the twin restores it as the "
+        "maintainer's change does, on stand-in data and model."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 WARMUP, RESUME_AT = 10, 180
 
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/IntelLabs/distiller/issues/145"
 REPORTED = (
@@ -14,10 +15,10 @@ REPORTED = (
     "instead of continuing from epoch 100's."
 )
 DIAGNOSIS = (
-    "The reporter, a maintainer, found that the checkpoint loader did not load the optimizer "
-    "at all: the resumed run's optimizer started with the initial rate and no momentum "
-    "buffers; the fix loads the optimizer's state from the checkpoint (a duplicate of issue "
-    "70)."
+    "The reporter found that the checkpoint loader did not load the optimizer at all: the "
+    "resumed run's optimizer started with the initial rate and no momentum buffers; their fix "
+    "(pull request 182, merged) loads the optimizer's state from the checkpoint (a duplicate "
+    "of issue 70). The thread does not say the reporter is a maintainer (issue 51)."
 )
 LABEL = "resume_without_state"
 MODEL = "cnn"
@@ -40,6 +41,19 @@ FIDELITY_CODE = "stand-in: our loop; the resume restores the weights only"
 REPORTED_EFFECT = "the learning rate back at its initial value after 100 epochs (no loss given)"
 REENACTED_EFFECT = "last tenth's loss 1.7 times its lowest (twin 1.24); validation accuracy alike"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue thread and the fix's pull requests 169 and 182 (stored issues corpus): the "
+        "reporter found load_checkpoint ignored the optimizer and wrote the fix (182 merged); the"
+        " thread does not say the reporter is a maintainer, and the diagnosis no longer says so."
+    ),
+    label="matches: a resume that restores no optimizer state is resume_without_state.",
+    mechanism=(
+        "matches: the checkpoint's optimizer state is not loaded, the twin loads it, on stand-in "
+        "data and model."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 INITIAL_LR, DECAY_AT, RESUME_AT = 0.2, 0.5, 0.8
 
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/fastai/fastai/issues/3023"
 REPORTED = (
@@ -49,6 +50,20 @@ FIDELITY_CODE = "stand-in: our loop; the accumulated micro-batch losses summed, 
 REPORTED_EFFECT = "loss and gradients explode after a while with 10 batches accumulated"
 REENACTED_EFFECT = "loss ends 5.4 times its lowest, validation loss 15; the twin's at its lowest"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue thread and fastai2 pull request 194 it links (stored issues corpus): the "
+        "callback's losses were not scaled by the number of accumulated batches, so gradients "
+        "were summed; the callback's author saw the loss and gradients explode with 10 batches "
+        "accumulated."
+    ),
+    label=("matches: micro-batch losses summed undivided is the registry's loss_normalization."),
+    mechanism=(
+        "matches: the accumulated losses summed, the twin divides by their count, on a stand-in "
+        "GRU language model."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CONTEXT, WIDTH, ACCUMULATE, MICRO = 24, 20, 48, 10, 8
 
 

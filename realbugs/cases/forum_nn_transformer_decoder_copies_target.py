@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://discuss.pytorch.org/t/nn-transformer-explaination/53175/20"
 REPORTED = (
@@ -43,6 +44,20 @@ FIDELITY_CODE = "stand-in: our loop; decoder input = the loss's target, as the r
 REPORTED_EFFECT = "none given: learns to copy very quickly; inference impossible"
 REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 1.00; training loss 0.04 in both"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "not read: the stored pages corpus returned no copy of the forum thread (searched for the"
+        " thread's title and its symptom, a Transformer that only copies and cannot generate); "
+        "the case's texts are from when it was written."
+    ),
+    label=(
+        "not checked: the thread could not be read again; by the case's own diagnosis (the loss "
+        "compares the decoder's output with the very targets it reads) the registry's "
+        "labels_not_shifted fits."
+    ),
+    mechanism="not checked: the thread could not be read again.",
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, SOURCE_WIDTH, TARGET_WIDTH, WIDTH = 21, 6, 7, 32
 
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import OWN, Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/greebear/pytorch-learning/issues/1"
 REPORTED = (
@@ -43,6 +44,18 @@ REENACTED_EFFECT = (
     "stops below 0.55 at iteration 951 with R² 0.986"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue thread (stored issues corpus): the loss not always decreasing even at 1e-6, "
+        "the reporter's fix (zero w.grad and b.grad) and the maintainer's reply that it is fixed."
+    ),
+    label="matches: gradients never cleared is missing_zero_grad.",
+    mechanism=(
+        "matches: the notebook's manual update without zeroing; the twin zeroes both gradients "
+        "after the update."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 1000  # iterations of the full batch
 STOP_BELOW = 0.55  # the notebook's stopping loss
 

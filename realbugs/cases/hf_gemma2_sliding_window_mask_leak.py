@@ -9,6 +9,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/transformers/issues/31673"
 REPORTED = (
@@ -47,6 +48,22 @@ FIDELITY_CODE = "stand-in: our attention; the sliding-window line is the reporte
 REPORTED_EFFECT = "training loss quickly drops to 0"
 REENACTED_EFFECT = "training loss falls to 0.04 against the twin's floor of 1.26"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): the loss quickly dropping to 0 when fine-tuning Gemma "
+        "2, like label leakage, and the decoder layer's line multiplying the additive mask by a "
+        "lower-triangular matrix of ones; the fix's pull request 31674 was not read."
+    ),
+    label=(
+        "matches: the sliding-window layers attend to later tokens, attention without its causal "
+        "mask (causal_mask_missing)."
+    ),
+    mechanism=(
+        "matches: the reported line re-enacted on a 2-layer Gemma-2-style decoder; the twin sets "
+        "only the keys beyond the window to the minimum."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CONTEXT, WIDTH, HEADS, WINDOW = 24, 20, 32, 4, 4
 
 

@@ -9,6 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/transformers/pull/404"
 REPORTED = (
@@ -48,6 +49,24 @@ FIDELITY_CODE = "stand-in: our loop; the unshifted loss is the pre-fix GPT2LMHea
 REPORTED_EFFECT = "none given: the language model is destroyed within a few steps"
 REENACTED_EFFECT = "next-token accuracy falls from 0.22 to 0.06; the twin's rises to 0.41"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the merged pull request's description (stored issues corpus): the GPT and GPT-2 losses "
+        "took cross-entropy without shifting the logits, destroying the language model within a "
+        "few steps; the i-th logits should predict the (i+1)-th token."
+    ),
+    label="matches: labels not shifted against the logits is labels_not_shifted.",
+    mechanism=(
+        "matches: the pre-fix loss formula against the shifted one, on a small stand-in GPT-2; "
+        "the Monitor's extra branch is declared in TWIN_DEPARTURES."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = (
+    (
+        "the Monitor is handed the shifted logits and targets the fixed loss compares (what the "
+        "trace records, not what trains)"
+    ),
+)
 VOCAB, WIDTH = 24, 24
 
 

@@ -8,6 +8,7 @@ from transformers import MBartConfig, MBartForCausalLM
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/transformers/issues/27517"
 REPORTED = (
@@ -47,6 +48,19 @@ FIDELITY_CODE = "stand-in: our loop; the unshifted loss is MBartForCausalLM's ow
 REPORTED_EFFECT = "none given: the model copies its input during training"
 REENACTED_EFFECT = "training loss falls to 0.05 (copying) against the twin's floor of 1.5"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): the tutorial with MBartForCausalLM copies its input; "
+        "the labels are a copy of input_ids and MBart's loss, unlike GPT-2's and Llama's, does "
+        "not shift them."
+    ),
+    label="matches: an unshifted causal-LM loss is labels_not_shifted.",
+    mechanism=(
+        "matches: MBartForCausalLM's own loss formula, the twin shifts as the other causal models"
+        " do, on a small model from a config."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH = 24, 24
 
 

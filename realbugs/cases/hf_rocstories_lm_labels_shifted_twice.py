@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/transformers/pull/562"
 REPORTED = (
@@ -46,6 +47,22 @@ FIDELITY_CODE = "stand-in: our loop; a shift in preprocessing and one in the los
 REPORTED_EFFECT = "none given: the labels shifted twice (read in the code)"
 REENACTED_EFFECT = "next-token accuracy 0.04 against the twin's 0.52"
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the merged pull request's description (stored issues corpus): the RocStories "
+        "preprocessing shifted the LM labels although the model's forward shifts them too "
+        "(pytorch-pretrained-BERT issue 473, not read)."
+    ),
+    label=(
+        "matches: labels shifted twice train the head to skip a token; labels_not_shifted is the "
+        "opposite bug (copying), so none of the known labels: other_fault."
+    ),
+    mechanism=(
+        "matches: a shift in preprocessing and one in the loss; the twin drops the "
+        "preprocessing's, on a stand-in decoder."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CONTEXT = 24, 20
 
 

@@ -7,6 +7,7 @@ from transformers import RoFormerConfig, RoFormerForCausalLM
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/transformers/issues/48745"
 REPORTED = (
@@ -48,6 +49,20 @@ FIDELITY_CODE = "stand-in: is_decoder=False gives the regression's bidirectional
 REPORTED_EFFECT = "none given: loss to almost zero within a few hundred steps on random tokens"
 REENACTED_EFFECT = "training loss falls to 0.17 in 96 steps against the twin's floor of 1.28"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue and the fix's pull request 48760 (stored issues corpus): the four causal-LM "
+        "classes built a bidirectional mask whatever is_decoder said since v5.9.0, the loss fell "
+        "to almost zero on random tokens; the fix builds the causal mask for a decoder, with a "
+        "test that future tokens leave earlier states unchanged."
+    ),
+    label="matches: a decoder that attends to later tokens is causal_mask_missing.",
+    mechanism=(
+        "matches: RoFormerForCausalLM itself at a small size, the bidirectional mask against the "
+        "causal one."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CONTEXT = 24, 20
 
 

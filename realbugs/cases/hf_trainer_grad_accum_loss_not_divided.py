@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/transformers/issues/37766"
 REPORTED = (
@@ -47,6 +48,17 @@ FIDELITY_CODE = "stand-in: our loop; the Trainer's missing division re-enacted"
 REPORTED_EFFECT = "none given: training loss grows with gradient_accumulation_steps"
 REENACTED_EFFECT = "logged loss floor 5.0 against the twin's 1.27; next-token accuracy alike (0.53)"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): for a model without loss kwargs the loss is not "
+        "divided by the items of the accumulated batch, so the loss grows with "
+        "gradient_accumulation_steps and no error is raised; a maintainer agreed (training still "
+        "works, not as precisely)."
+    ),
+    label=("matches: micro-batch losses left undivided across accumulation is loss_normalization."),
+    mechanism="matches: the missing division by the accumulation steps, on a stand-in decoder.",
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CONTEXT, ACCUMULATE, MICRO = 24, 20, 4, 8
 
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/transformers/issues/24725"
 REPORTED = (
@@ -44,6 +45,22 @@ FIDELITY_CODE = "stand-in: our loop; the accumulated loss is the mean of micro-b
 REPORTED_EFFECT = "none given: much worse than the equivalent large batch"
 REENACTED_EFFECT = "validation loss 1.63, token accuracy 0.52; the twin's 0.88 and 0.75"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue's title and a comment (stored issues corpus): accumulation much worse than one"
+        " large batch, the micro-batch means macro-averaged where the tokens should be "
+        "micro-averaged; the Trainer's later fix (num_items_in_batch) is known from other threads"
+        " returned, not read as a diff."
+    ),
+    label=(
+        "matches: per-batch means averaged instead of one mean per token is loss_normalization."
+    ),
+    mechanism=(
+        "matches: the mean of micro-batch means against one mean over the window's tokens, with "
+        "short and long answers mixed."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH = 24, 24
 
 

@@ -1,5 +1,11 @@
 """The DeepLearningZeroToAll lab's linear regression on eight days of raw stock prices and
-volumes: without min-max scaling, the cost goes to inf, then nan."""
+volumes: without min-max scaling, the cost goes to inf, then nan.
+
+Issue 51 kept it, its twin's second change declared (TWIN_DEPARTURES): the twin min-max
+scales the rows, the fix, and also steps at 0.1 where both labs step at 1e-5, a rate the
+source's thread never gives; at 1e-5 the scaled twin is not healthy (R² -11.8 after 2,001
+steps, the thread's own complaint that lab 07-3's predictions do not match). The faulty
+form's failure is the scale's: at the labs' own rate its cost overflows by the third step."""
 
 import numpy as np
 import torch
@@ -7,6 +13,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import OWN, Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/hunkim/DeepLearningZeroToAll/issues/197"
 REPORTED = (
@@ -27,10 +34,10 @@ DATA = (
     "The labs' own data (eight rows: open, high, volume, low, close; the close is the "
     "target), model (X W + b, W and b drawn from a standard normal) and training (mean "
     "squared error, plain gradient descent on all eight rows per step), for 200 of the "
-    "2,001 steps; the fix min-max scales the rows as lab 07-3 does. Departure: the fixed "
-    "twin steps at 0.1, not the labs' 1e-5, at which the scaled fit still has R² -11.8 after "
-    "2,001 steps (the issue's second complaint: the predictions do not match). The fit is "
-    "measured on the eight rows."
+    "2,001 steps; the fix min-max scales the rows as lab 07-3 does. Departure (declared in "
+    "TWIN_DEPARTURES): the fixed twin steps at 0.1, not the labs' 1e-5, at which the scaled "
+    "fit still has R² -11.8 after 2,001 steps (the issue's second complaint: the predictions "
+    "do not match); no answer in the thread gives 0.1. The fit is measured on the eight rows."
 )
 SYMPTOM = Symptom("nonfinite_loss", above=0.0)  # the cost is inf by the third step, then nan
 SEED = 777  # the labs' tf.set_random_seed(777)
@@ -47,6 +54,29 @@ REENACTED_EFFECT = (
     "losses are not finite; the twin's R² 0.954"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue thread (stored issues corpus): the reporter's question on lab 07-2 against "
+        "07-3 and the maintainer's answer (min-max scaling is purely for the optimization); the "
+        "labs' code was not in the corpus read, the case's constants follow the case's earlier "
+        "reading of it."
+    ),
+    label=(
+        "matches: raw columns with the volume near 1e6 beside prices near 820 are inputs far off "
+        "unit scale (huge_inputs.unstandardized); the maintainer calls the scaling an "
+        "optimization aid."
+    ),
+    mechanism=(
+        "matches: raw rows diverge at the labs' rate; the twin scales them as lab 07-3 does, and "
+        "also raises the rate (declared in TWIN_DEPARTURES)."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = (
+    (
+        "SGD at 0.1 for the labs' 1e-5 (10,000 times the rate; no answer in the thread gives it):"
+        " at 1e-5 the scaled twin has R² -11.8 after 2,001 steps"
+    ),
+)
 EPOCHS = 200  # gradient steps on the whole table
 
 #: The labs' table: open, high, volume, low, close (the target).

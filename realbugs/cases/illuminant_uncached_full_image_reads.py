@@ -10,6 +10,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/swift-n-brutal/illuminant_estimation/issues/2"
 REPORTED = (
@@ -51,6 +52,19 @@ REENACTED_EFFECT = (
     "same R² (0.787)"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "not read: the stored issues corpus returned no copy of the issue (searched for the "
+        "repository with its symptom, slow training without the cache); the case's texts are from"
+        " when it was written."
+    ),
+    label=(
+        "not checked: the issue could not be read again; by the case's own diagnosis (every "
+        "sample loads a whole image to crop a patch) starved_loader fits."
+    ),
+    mechanism="not checked: the issue could not be read again.",
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 3
 SCENES, TRAIN_SCENES, SIDE, PATCH = 32, 24, 256, 44
 SAMPLES = 800  # patches drawn per epoch

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/modestyachts/ImageNetV2/issues/10"
 REPORTED = (
@@ -44,6 +45,21 @@ REENACTED_EFFECT = (
     "training accuracy 0.960 against 0.087 on the folders (gap 0.87); the twin validates at 0.884"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): ImageFolder's class_to_idx does not follow the "
+        "folders' names (folder 100 is class 2), and a user's subclass mapping each folder to "
+        "int(name); torchvision issue 714 confirms the names are sorted as strings."
+    ),
+    label=(
+        "matches: evaluation targets under another class order than the model's is label_mismatch."
+    ),
+    mechanism=(
+        "matches: folders read in string order against the model's numeric classes, on stand-in "
+        "data and model."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 8
 CLASSES = 20
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/KempnerInstitute/KempnerForge/issues/154"
 REPORTED = (
@@ -46,6 +47,19 @@ FIDELITY_CODE = "stand-in: our loop; labels = input_ids and an unshifted loss, a
 REPORTED_EFFECT = "loss 8.6 -> 0.0015 at step 380 -> 0.0000 at step 980"
 REENACTED_EFFECT = "loss falls to 0.03 against the twin's floor of 1.48"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue and the fix's pull request 155 (stored issues corpus): labels[i] == "
+        "input_ids[i] and an unshifted loss, the loss 8.6 to 0.0015 by step 380 and 0 by 980; the"
+        " fix emits next-token labels."
+    ),
+    label="matches: each logit scored against the token it sees is labels_not_shifted.",
+    mechanism=(
+        "matches: labels equal to the ids with an unshifted loss, the twin shifts them, on a "
+        "small joint decoder."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CAPTION, PATCHES, FEATURES, SCENES, WIDTH = 24, 10, 4, 16, 12, 32
 
 

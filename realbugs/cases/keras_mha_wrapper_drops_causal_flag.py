@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/keras-team/keras/issues/21284"
 REPORTED = (
@@ -47,6 +48,22 @@ FIDELITY_CODE = "stand-in: the wrapper's dropped argument re-enacted around nn.M
 REPORTED_EFFECT = "over 0.99 validation accuracy on random ids"
 REENACTED_EFFECT = "validation accuracy 0.97 against the twin's 0.53 (the chain's ceiling)"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue's report and the start of the reporter's script (stored issues corpus): over "
+        "0.99 accuracy on random validation ids with use_causal_mask=True, correct with an "
+        "explicit mask; the maintainer's reply placing the bug in the reporter's wrapper was not "
+        "in what the corpus returned."
+    ),
+    label=(
+        "matches: attention run with no causal mask, whatever dropped it, is causal_mask_missing."
+    ),
+    mechanism=(
+        "not checked: the reply that finds the wrapper dropping the flag was not read again; the "
+        "case's wrapper follows the case's earlier reading."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CONTEXT, WIDTH = 24, 20, 32
 
 

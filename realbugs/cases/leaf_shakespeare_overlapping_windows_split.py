@@ -8,6 +8,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/TalwalkarLab/leaf/issues/19"
 REPORTED = (
@@ -49,6 +50,19 @@ FIDELITY_CODE = "stand-in: our loop; windows split at random as the paper's scri
 REPORTED_EFFECT = "100% test accuracy"
 REENACTED_EFFECT = "test next-character accuracy 0.48 against the twin's 0.37 (chain's best 0.41)"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue's report (stored issues corpus): with the paper's splitting method the test "
+        "windows appear in the training data, one character apart, and a 2-layer LSTM reaches "
+        "100% test accuracy; no fix is given in what was read."
+    ),
+    label="matches: a test set sharing its text with training is leaky_split.",
+    mechanism=(
+        "matches: windows one character apart split at random; the twin's split by position "
+        "within each role is the case's, the thread gives none."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, ROLES, LENGTH, WINDOW, TEST_SHARE = 24, 24, 100, 20, 0.2
 
 

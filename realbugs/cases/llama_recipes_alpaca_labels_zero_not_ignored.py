@@ -8,6 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/meta-llama/llama-cookbook/issues/74"
 REPORTED = (
@@ -49,6 +50,19 @@ FIDELITY_CODE = "stand-in: our loop; the labels made as the dataset made them (0
 REPORTED_EFFECT = "none given: meaningless output after fine-tuning"
 REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 1.00"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "issue 74 and the related issues 73 and 101 (stored issues corpus): the prompt labelled "
+        "-1 and padding 0 (issue 101: labels of the prompt set to 0), meaningless output after "
+        "fine-tuning, normal with -100; the maintainer points to pull request 107."
+    ),
+    label="matches: a loss that counts the prompt and the padding is unmasked_loss.",
+    mechanism=(
+        "matches: prompt and padding labelled 0 where only -100 is ignored, the twin labels them "
+        "-100."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH = 24, 24
 
 

@@ -9,6 +9,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/hiyouga/LlamaFactory/issues/512"
 REPORTED = (
@@ -50,6 +51,21 @@ FIDELITY_CODE = "stand-in: our loop; the relaunch restores the weights only"
 REPORTED_EFFECT = "loss steady near 0.95 before the relaunch, near 1.1 after"
 REENACTED_EFFECT = "last tenth's loss 4.1 times its lowest (twin 1.04); exact match 0.90 vs 0.98"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): the loss near 0.95 before the relaunch and near 1.1 "
+        "after; the maintainer asked about warmup; another user found the workflow never passed "
+        "resume_from_checkpoint (for pretraining) and that passing it made the rate continue; the"
+        " maintainer would add it."
+    ),
+    label="matches: a relaunch that restores the weights only is resume_without_state.",
+    mechanism=(
+        "matches: weights restored, optimizer and schedule started over, against "
+        "trainer.train(resume_from_checkpoint=...); that the fix cured the reporter's own run is "
+        "not in the thread."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH, WARMUP, RESUME_AT = 24, 16, 10, 144
 
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/vinhkhuc/PyTorch-Mini-Tutorials/issues/1"
 REPORTED = (
@@ -40,6 +41,22 @@ REENACTED_EFFECT = (
     "loss ends at 0.37 and it validates at 0.911"
 )
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): CrossEntropyLoss combines LogSoftMax and NLLLoss, so "
+        "may the softmax module be removed; the maintainer checked and agreed the softmax layer "
+        "is unnecessary; the commit that removed it was not read."
+    ),
+    label=(
+        "matches: nn.Softmax before CrossEntropyLoss is the registry's "
+        "softmax_before_loss.softmax_module."
+    ),
+    mechanism=(
+        "matches: the tutorial's network ending in a softmax, the twin without it, on digits for "
+        "MNIST."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 30
 BATCH = 100
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/ml-explore/mlx-lm/pull/1544"
 REPORTED = (
@@ -46,6 +47,19 @@ FIDELITY_CODE = "stand-in: our loop; the micro-batch token means averaged over t
 REPORTED_EFFECT = "none given: a biased update found by reading the code"
 REENACTED_EFFECT = "validation loss 1.42, token accuracy 0.60; the twin's 1.15 and 0.66"
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the pull request's description (stored issues corpus, and its predecessor 1413): "
+        "per-micro-batch token means summed and divided by a fixed count bias the update toward "
+        "short examples; the fix keeps a token-weighted mean; the pull request is closed, not "
+        "merged."
+    ),
+    label="matches: losses normalized per batch, not per token, is loss_normalization.",
+    mechanism=(
+        "matches: the mean of micro-batch means against the token-weighted mean over the window."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH, MICRO = 24, 24, 4
 
 

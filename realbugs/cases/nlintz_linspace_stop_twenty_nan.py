@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import OWN, Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/nlintz/TensorFlow-Tutorials/issues/67"
 REPORTED = (
@@ -40,6 +41,22 @@ REENACTED_EFFECT = (
     "85% of the 1,010 steps' losses are not finite; the twin at 0.00001 fits with R² 0.980"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): with trX = np.linspace(-1, 20, 101) w becomes nan; a "
+        "user's answer: change the learning rate to 0.00001; the issue stays open."
+    ),
+    label=(
+        "matches: the answer names a rate too high for these inputs (lr_too_high), the suite's "
+        "rule for a source whose diagnosis is the rate (realbugs/README.md: one fault, one "
+        "label)."
+    ),
+    mechanism=(
+        "matches: the tutorial's regression on the changed inputs at 0.01, the twin at the "
+        "answer's 0.00001."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 10
 
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/OpenRLHF/OpenRLHF/issues/705"
 REPORTED = (
@@ -49,6 +50,20 @@ FIDELITY_CODE = "stand-in: our loop; the prompt mask one token too long, as repo
 REPORTED_EFFECT = "none given: the model cannot generate the answer's first word from the input"
 REENACTED_EFFECT = "exact match 0.06 against the twin's 0.96"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): the template's trailing space merges with the answer's"
+        " first word into one token, so the prompt-length mask also covers the answer's first "
+        "token and the model cannot generate the answer; the maintainer asked whether "
+        "apply_chat_template caused it, the reporter: not using it did."
+    ),
+    label=(
+        "matches: a loss that wrongly ignores an answer token is the opposite of unmasked_loss "
+        "(which counts tokens it should ignore); none of the known labels: other_fault."
+    ),
+    mechanism="matches: the prompt mask one token too long, the twin masks the prompt exactly.",
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH = 24, 16
 
 

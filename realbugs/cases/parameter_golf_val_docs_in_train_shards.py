@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/openai/parameter-golf/issues/2127"
 REPORTED = (
@@ -48,6 +49,20 @@ FIDELITY_CODE = "stand-in: our loop; the shard start inside the validation docum
 REPORTED_EFFECT = "validation bpb 1.04350 (leaky) against 1.05759 (clean frontier)"
 REENACTED_EFFECT = "validation loss 1.10 against the twin's 1.55"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus) and a leaderboard pull request citing it: the "
+        "preparation script's default starts training at document 10,000 while validation is "
+        "documents 0 to 49,999, so 80% of validation is trained on; 15 of 34 records leak, the "
+        "clean frontier 1.05759 against the claimed 1.04350."
+    ),
+    label="matches: validation documents also trained on is leaky_split.",
+    mechanism=(
+        "matches: the training shards start inside the validation documents, the twin starts "
+        "after them."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, DOCUMENTS, LENGTH, WINDOW, STRIDE, VALIDATION, LEAKY_START = 24, 30, 100, 20, 4, 10, 2
 
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/jvargasmu/population_estimation/issues/68"
 REPORTED = (
@@ -46,6 +47,24 @@ REENACTED_EFFECT = (
     "R² is 0.925"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): sometimes the initial solution predicts only zeros "
+        "because of the ReLU at the output, so no gradients emerge; the proposal to use a soft "
+        "ReLU (Softplus) instead."
+    ),
+    label=(
+        "matches: a ReLU unit dead from initialization, 0 on every input so nothing below it "
+        "moves, is dead_units; here it is the output unit where the registry's summary speaks of "
+        "hidden ones (the registry's softmax_before_loss.relu_output does not apply: the "
+        "densities are non-negative)."
+    ),
+    mechanism=(
+        "matches: a ReLU-ended scale net whose output is 0 on every example at initialization, "
+        "the twin ending in Softplus."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 8
 COVARIATES = 6
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/Cadene/pretrained-models.pytorch/issues/5"
 REPORTED = (
@@ -42,6 +43,23 @@ REENACTED_EFFECT = (
     "0.43); the twin validates at 0.964"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): BatchNorm built with momentum=0 never updates its "
+        "running statistics, so a model trained on another dataset behaves differently in train "
+        "and eval; the maintainer asked which value, the reporter used PyTorch's defaults and it "
+        "worked; the rest of the thread was cut off in what the corpus returned."
+    ),
+    label=(
+        "matches: running statistics frozen by a wrong momentum are no learned layer frozen "
+        "(frozen_layer) nor any other known fault: other_fault."
+    ),
+    mechanism=(
+        "matches: the repository's BasicConv2d blocks with momentum 0, the twin with PyTorch's "
+        "0.1, on digits."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 4
 
 

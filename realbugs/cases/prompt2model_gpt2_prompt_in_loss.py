@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/neulab/prompt2model/pull/167"
 REPORTED = (
@@ -48,6 +49,19 @@ FIDELITY_CODE = "stand-in: our loop; labels = input_ids with only the padding ma
 REPORTED_EFFECT = "none given: the loss covers the prompt (found by reading the code)"
 REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 1.00 after 128 steps"
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the merged pull request's description and issue 168 (stored issues corpus): for the "
+        "autoregressive model the input is '<task> instruction Example: input Label: "
+        "output<eos>', only the output and its end token should count, the rest labelled -100."
+    ),
+    label="matches: a loss that counts the prompt is unmasked_loss.",
+    mechanism=(
+        "matches: labels equal to the ids with only the padding masked, the twin masks the prompt"
+        " too."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH = 24, 24
 
 

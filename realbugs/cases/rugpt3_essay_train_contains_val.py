@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/ai-forever/ru-gpts/issues/23"
 REPORTED = (
@@ -45,6 +46,18 @@ FIDELITY_CODE = "stand-in: our loop; the training files include the validation e
 REPORTED_EFFECT = "validation perplexities 8 and 3, against 13 to 18 with a proper split"
 REENACTED_EFFECT = "validation loss 1.53 against the twin's 1.73 (perplexity 4.6 against 5.6)"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): perplexities 8 and 3 for essays, the training set "
+        "containing all of the validation set; the maintainer: only a small example, other "
+        "experiments give 13 to 18."
+    ),
+    label="matches: validation essays also trained on is leaky_split.",
+    mechanism=(
+        "matches: the training rows include the validation essays, the twin holds them out."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, ESSAYS, LENGTH, WINDOW, STRIDE, HELD = 24, 30, 100, 20, 4, 6
 
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/qijiezhao/s3d.pytorch/issues/1"
 REPORTED = (
@@ -40,6 +41,20 @@ REENACTED_EFFECT = (
     "0.078; the twin's features move (1.08 of their size) and it validates at 0.972"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): the scores of every example in a minibatch are equal; "
+        "Dropout3d's argument is the probability of zeroing, so dropout_keep_prob = 1 should be "
+        "0; another user finds convergence very slow; no maintainer reply."
+    ),
+    label=(
+        "matches: a dropout that zeroes every feature leaves the layers below without gradient "
+        "and the logits layer's weights without signal, frozen in effect (frozen_layer), as the "
+        "suite labels such a dropout (realbugs/README.md, 'The label')."
+    ),
+    mechanism="matches: p = 1 in the dropout before the logits, the twin at the reporter's 0.",
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 6
 DROPOUT_KEEP_PROB = 1.0  # the TensorFlow argument's value, as the port passes it on
 

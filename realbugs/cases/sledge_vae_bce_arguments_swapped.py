@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/autonomousvision/sledge/issues/4"
 REPORTED = (
@@ -46,6 +47,22 @@ REENACTED_EFFECT = (
     "the loss falls from -54.99 to -32074435 and R² is -3.7; the twin reconstructs with R² 0.779"
 )
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): the arguments of binary_cross_entropy_with_logits in "
+        "the VAE objective may need swapping; the maintainer: right, introduced while "
+        "refactoring, to be fixed."
+    ),
+    label=(
+        "matches: a loss whose prediction and target are swapped is none of the known faults: "
+        "other_fault."
+    ),
+    mechanism=(
+        "matches: the raster passed as logits and the output as target, the twin in the right "
+        "order, on a small dense autoencoder."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 12
 CODE = 16
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/prakashjayy/pytorch_classifiers/issues/5"
 REPORTED = (
@@ -42,6 +43,23 @@ REENACTED_EFFECT = (
     "the twin counts 0.903 in training and 0.925 in validation"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): accuracy 0 after many epochs; one user: initialize "
+        "running_corrects to 0.0; another: that alone did not work, float(torch.sum(...)) did."
+    ),
+    label=(
+        "matches: accuracy miscomputed by integer division is no training fault of the known "
+        "labels: other_fault."
+    ),
+    mechanism=(
+        "matches: the counter kept as an integer tensor and divided with floor, the twin "
+        "accumulating floats (the counter, the sums and the division: BUG_BRANCHES 3)."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
+# the counter starts as a float, adds floats and is divided as a float: three places
+BUG_BRANCHES = 3
 EPOCHS = 8
 BATCH = 64
 

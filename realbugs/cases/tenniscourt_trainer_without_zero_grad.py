@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/yastrebksv/TennisCourtDetector/issues/7"
 REPORTED = (
@@ -46,6 +47,17 @@ REENACTED_EFFECT = (
     "start, R² 0.853"
 )
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): no optimizer.zero_grad() in base_trainer.py; the "
+        "maintainer: right, fixed."
+    ),
+    label="matches: gradients never cleared is missing_zero_grad.",
+    mechanism=(
+        "matches: the trainer's loop without zero_grad, the twin with it, on a stand-in CNN."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 3
 SIDE, FRAMES = 16, 1200
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/tensorflow/docs/pull/1619"
 REPORTED = (
@@ -60,6 +61,20 @@ REENACTED_EFFECT = (
     "training 0.715 (gap 0.03); the twin validates at 0.542 against 0.715 (gap 0.17)"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the merged pull request's description (stored issues corpus): list_files shuffles the "
+        "file names by default on every iteration, so although the later shuffle does not "
+        "reshuffle, about 80% of val_ds is in train_ds, validation accuracy close to training's; "
+        "the fix lists the files with shuffle=False."
+    ),
+    label="matches: validation files that are training files is leaky_split.",
+    mechanism=(
+        "matches: training and validation cut from different permutations each pass, the twin "
+        "from one fixed order."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 14
 IMAGES, SIZE, CLASSES, PATTERNS = 600, 16, 5, 3
 FILTERS, DENSE, LR = 16, 128, 1e-3  # the tutorial's 32 filters halved (small images)

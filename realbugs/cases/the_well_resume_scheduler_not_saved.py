@@ -9,6 +9,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 from faultbench.tasks.kinds import get_kind
 
 SOURCE = "https://github.com/PolymathicAI/the_well/pull/63"
@@ -49,6 +50,19 @@ FIDELITY_CODE = "stand-in: our loop; the checkpoint holds the model and optimize
 REPORTED_EFFECT = "none given: the schedule restarts (read in the code)"
 REENACTED_EFFECT = "last tenth's loss 2.3 times its lowest (twin 1.09); R² 0.997 in both"
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the pull request (stored issues corpus): the trainer saved and loaded the optimizer's "
+        "state but not lr_scheduler.state_dict(), so a resumed run restarted warmup and cosine "
+        "decay; closed in a restructuring, the maintainers asking for it again."
+    ),
+    label="matches: resuming without the schedule's state is resume_without_state.",
+    mechanism=(
+        "matches: the scheduler rebuilt from its first step on resume, the twin given its saved "
+        "state."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 POINTS, WARMUP, RESUME_AT = 32, 10, 150
 
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/torchgeo/torchgeo/pull/791"
 REPORTED = (
@@ -44,6 +45,21 @@ REENACTED_EFFECT = (
     "the same model scored on sigmoids, reports 0.460"
 )
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the pull request's description (stored issues corpus): MultiLabelClassificationTask "
+        "applied torch.softmax before the metrics though each logit is independent; it uses "
+        "torch.sigmoid; the pull request is open, not merged (a later one replaced the trainers)."
+    ),
+    label=(
+        "matches: metrics computed on the wrong activation leave training untouched (the loss is "
+        "BCEWithLogitsLoss on the logits), so it is not softmax_before_loss: other_fault."
+    ),
+    mechanism=(
+        "matches: softmax before the multi-label metrics, the twin with the pull request's sigmoid."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 10
 LABELS, FEATURES = 12, 40
 

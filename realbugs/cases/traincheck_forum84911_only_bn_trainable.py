@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = (
     "https://github.com/OrderLab/TrainCheck-Evaluation-Workloads/blob/main/"
@@ -43,6 +44,19 @@ FIDELITY_CODE = "stand-in: our loop; the freezing rule ('bn' not in the name, th
 REPORTED_EFFECT = "accuracy below 1% on 100 classes; after the fix it starts to learn (10%)"
 REENACTED_EFFECT = "validation accuracy 0.27, loss flat (0.97 of its start); the twin's 0.97"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "TrainCheck's evaluation README for the thread (stored code index): everything but the "
+        "batch-norm layers frozen, the new head included, accuracy under 1%; unfrozen, about 10%;"
+        " the larger cause the 1024x1024 resize; the forum thread itself was not read."
+    ),
+    label="matches: layers that should learn frozen by mistake is frozen_layer.",
+    mechanism=(
+        "matches: requires_grad off for every parameter without 'bn' and the head, the twin "
+        "leaves them trainable; the resize, the README's other cause, is not re-enacted."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 
 
 class Net(nn.Module):

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = (
     "https://github.com/OrderLab/TrainCheck-Evaluation-Workloads/blob/main/"
@@ -44,6 +45,23 @@ FIDELITY_CODE = "stand-in: our backbone; the freeze done only in train(), as in 
 REPORTED_EFFECT = "none given: the frozen stages are not frozen"
 REENACTED_EFFECT = "the first stage's weights move by 87% of their norm; the twin's not at all"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "TrainCheck's evaluation README for the issue (stored code index): _freeze_stages must "
+        "run before the first forward; VGG's is called only in train(), so without an explicit "
+        "model.train() the frozen stages stay trainable; the mmpretrain issue itself was not "
+        "read."
+    ),
+    label=(
+        "matches: stages meant to be frozen that learn are the opposite of frozen_layer, none of "
+        "the known faults: other_fault."
+    ),
+    mechanism=(
+        "matches: frozen_stages set, the stages updated because train() is never called first; "
+        "the twin calls it."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 FROZEN_STAGES = 1
 
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = (
     "https://github.com/OrderLab/TrainCheck-Evaluation-Workloads/blob/main/"
@@ -42,6 +43,16 @@ FIDELITY_CODE = "stand-in: our loop; the missing zero_grad as reported"
 REPORTED_EFFECT = "accuracy and loss worse over the epochs (figure); fixed: about 99%"
 REENACTED_EFFECT = "last tenth's loss 2.5 times its lowest, accuracy 0.68; the twin 1.1, 0.975"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "TrainCheck's evaluation README for the question (stored code index): "
+        "optimizer.zero_grad() missing, performance worse at lr 1e-4, hidden at 1e-5, about 99% "
+        "once restored; the Stack Overflow question itself was not read."
+    ),
+    label="matches: gradients never cleared is missing_zero_grad.",
+    mechanism="matches: the example's loop without zero_grad at Adam 1e-4, the twin with it.",
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 
 
 def network() -> nn.Module:

@@ -9,6 +9,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = (
     "https://github.com/OrderLab/TrainCheck-Evaluation-Workloads/blob/main/"
@@ -53,6 +54,23 @@ FIDELITY_CODE = "stand-in: our attention; the dropout rate passed whatever self.
 REPORTED_EFFECT = "none given: nondeterministic outputs and worse quality in evaluation"
 REENACTED_EFFECT = "exact match 0.76 in evaluation against the twin's 1.00"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "TrainCheck's evaluation README for the pull request (stored code index): "
+        "M2M100FlashAttention2 kept its dropout in eval mode, outputs nondeterministic and "
+        "degraded; the fix passes 0.0 when not training; the pull request itself was not read."
+    ),
+    label=(
+        "matches: dropout left on while the model is scored is the registry's held-out "
+        "dropout_at_eval, whose answer is other_fault (a case carries only a known label or "
+        "other_fault)."
+    ),
+    mechanism=(
+        "matches: the attention's dropout rate passed whatever the mode, the twin 0.0 in "
+        "evaluation."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, CONTEXT, WIDTH, HEADS, ATTENTION_DROPOUT = 24, 16, 32, 4, 0.5
 
 

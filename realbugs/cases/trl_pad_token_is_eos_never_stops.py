@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/trl/issues/976"
 REPORTED = (
@@ -46,6 +47,22 @@ FIDELITY_CODE = "stand-in: our loop; the collator's rule (labels -100 where id =
 REPORTED_EFFECT = "none given: the model rarely, if ever, generates the end token"
 REENACTED_EFFECT = "exact match 0.00 (answers written, never ended) against the twin's 0.96"
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue and pull requests 988 and 992 (stored issues corpus): with pad_token_id set to"
+        " eos_token_id the collator labels every end token -100, so the model rarely if ever "
+        "generates </s>; the fixes so far a warning and documentation."
+    ),
+    label=(
+        "matches: a loss that wrongly ignores the end token is the opposite of unmasked_loss: "
+        "other_fault."
+    ),
+    mechanism=(
+        "matches: padding with the end token's id so the end token's labels are -100, the twin "
+        "pads with a distinct id."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH = 24, 16
 
 

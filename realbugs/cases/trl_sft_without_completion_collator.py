@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit, lm_kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/huggingface/trl/issues/1507"
 REPORTED = (
@@ -48,6 +49,19 @@ FIDELITY_CODE = "stand-in: our loop; the two collators' labels re-enacted"
 REPORTED_EFFECT = "none given: the prompt counted in the loss (read in the code)"
 REENACTED_EFFECT = "greedy exact match 0.00 against the twin's 0.98 after 128 steps"
 OBSERVED = False
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): without DataCollatorForCompletionOnlyLM the "
+        "language-modeling collator is used and the loss counts prompt and completion; a "
+        "maintainer confirmed the collator must be passed explicitly."
+    ),
+    label="matches: a loss that counts the prompt is unmasked_loss.",
+    mechanism=(
+        "matches: the prompt's labels kept, the twin masks them as the completion-only collator "
+        "does."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 VOCAB, WIDTH = 24, 24
 
 

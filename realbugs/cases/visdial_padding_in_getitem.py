@@ -7,6 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
+from faultbench.realbugs.case import SourceCheck
 
 SOURCE = "https://github.com/batra-mlp-lab/visdial-challenge-starter-pytorch/issues/25"
 REPORTED = (
@@ -42,6 +43,21 @@ REENACTED_EFFECT = (
     "the same (validation 1.000)"
 )
 OBSERVED = True
+SOURCE_CHECK = SourceCheck(
+    read=(
+        "the issue (stored issues corpus): training particularly slow, padding and history built "
+        "in __getitem__; one maintainer: moving them to __init__ should give a significant "
+        "speed-up; another: a design choice for memory, the work overlapped by loader workers "
+        "with the forward pass."
+    ),
+    label="matches: a step that waits for per-item work in the loader is starved_loader.",
+    mechanism=(
+        "partly: the per-item work is the source's, but the case's DataLoader has no workers "
+        "(num_workers 0), where the repository's overlap it with the forward pass, as a "
+        "maintainer notes."
+    ),
+)
+TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 3
 VOCAB, ROUNDS, QLEN, ALEN, ANSWERS, DIALOGS = 40, 10, 6, 4, 8, 120
 HISTORY = ROUNDS * (QLEN + ALEN)  # the padded history's length
