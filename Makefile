@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # strict editable install below links files, so a new file needs a reinstall.
 PACKAGE_DIRS := $(shell find faultbench datasets diagnosers realbugs -type d -not -name __pycache__)
 
-.PHONY: run test lint report leaderboard traincheck calibrate paper bench clean
+.PHONY: run test lint runs report leaderboard traincheck calibrate paper bench clean
 
 # Editable in setuptools' strict mode: a tree of links to the sources under build/, put on
 # sys.path, so `import faultbench` finds a regular package there from any working
@@ -48,6 +48,14 @@ report: $(STAMP)  ## regenerate results/ from the committed rates and levels (tr
 	$(BIN)/faultbench report --timeout $(REPORT_TIMEOUT)
 	$(BIN)/faultbench sweep --fault lr_too_high --diagnoser rules --task digits
 	$(BIN)/faultbench pairs --diagnoser rules --task digits
+
+# The board's runs as data (results/runs/, docs/runs.md): train what neither the store nor
+# the shipped dataset holds (from nothing: every run of the board), then export them all.
+# RUNS_ARGS passes --workers and the like to the training.
+RUNS_ARGS ?=
+runs: $(STAMP)  ## train the board's missing runs and export results/runs/ (the lite tier)
+	$(BIN)/faultbench runs train $(RUNS_ARGS)
+	$(BIN)/faultbench runs export
 
 leaderboard: $(STAMP)  ## assemble the leaderboard and its site from results/diagnosers/ (diagnoses nothing)
 	$(BIN)/faultbench leaderboard

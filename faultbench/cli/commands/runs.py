@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from faultbench.cli.commands.common import positive_int
 from faultbench.core.errors import FaultbenchError, unknown_name
 
 NAME = "runs"
-HELP = "export the store's runs as the Parquet runs dataset (results/runs/), or check one"
-ACTIONS = ("export", "check")
+HELP = (
+    "train the board's runs the store and dataset lack, export them as the Parquet runs "
+    "dataset (results/runs/), or check one"
+)
+ACTIONS = ("train", "export", "check")
 TIERS = ("lite", "full")  # faultbench.storage.dataset.TIERS (this module stays light)
 
 
@@ -31,8 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "action",
         type=_action,
         metavar="ACTION",
-        help="export: write every run of the store (and of the dataset it stands on) under "
-        "the installed code's keys; check: verify a dataset's hashes and training code",
+        help="train: every run of the board (both grids of every task, the real-bug suite) "
+        "that neither the store nor the dataset holds; export: write every run of the store "
+        "(and of the dataset it stands on) under the installed code's keys; check: verify a "
+        "dataset's hashes and training code",
     )
     parser.add_argument(
         "--out",
@@ -60,8 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--runs",
         default="default",
         metavar="DIR",
-        help="export: the dataset whose runs are exported too (default: results/runs/); "
-        "check: the dataset to check",
+        help="train, export: the dataset the store stands on, whose runs are not trained "
+        "again and are exported too (default: results/runs/); check: the dataset to check",
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=None, help="train: worker processes"
     )
 
 
@@ -82,7 +91,43 @@ def main(args: argparse.Namespace) -> int:
             "match their manifest, made by the installed training code"
         )
         return 0
-    return _export(args)
+    return _train(args) if args.action == "train" else _export(args)
+
+
+def _train(args: argparse.Namespace) -> int:
+    """Train every run of ``make report``'s board (plain runs: an instrument's runs are the
+    full tier's, trained by its diagnoser's scoring) that the store and dataset lack."""
+    import time
+
+    from faultbench.reporting import ahead
+    from faultbench.scoring.board import REALBUGS, Board
+    from faultbench.scoring.contract import contract_of
+    from faultbench.scoring.diagnosis import get_diagnoser
+    from faultbench.storage.store import Store
+    from faultbench.tools.realbugs import evaluate_suite
+    from faultbench.training.engine import make_engine
+
+    start = time.perf_counter()
+    store = Store(args.store, runs=args.runs)
+    store.check()
+    if store.runs is not None:
+        store.runs.check_code()
+    board = Board.default(args.task or None)
+    plain = "always-healthy"  # a diagnoser without an instrument: the board's plain runs
+    evaluations = [
+        ev
+        for ev in board.evaluations(plain, contract_of(get_diagnoser(plain)))
+        if ev.grid != REALBUGS
+    ]
+    engine = make_engine("local", workers=args.workers, address=None)
+    try:
+        trained = ahead.train_all(evaluations, store, engine)
+        if not args.task:
+            trained += sum(r.trained for r in evaluate_suite([plain], store=store, engine=engine))
+    finally:
+        engine.close()
+    print(f"trained {trained} runs in {time.perf_counter() - start:.0f} s into {store.root}")
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -1,0 +1,146 @@
+"""The runs dataset: exported from a store, read without faultbench, scored with nothing trained."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+
+from faultbench.cli.main import main as cli
+from faultbench.core.errors import FaultbenchError
+from faultbench.scoring.evaluate import evaluate
+from faultbench.storage.dataset import MANIFEST, RunsDataset, export
+from faultbench.storage.records import RunRecord, dumps
+from faultbench.storage.store import Store
+
+TASK = "diabetes"  # the cheapest runs of the board: its classic grid trains in seconds
+SEEDS = 1
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding diabetes' classic grid (one seed), trained once for the module."""
+    root = tmp_path_factory.mktemp("trained")
+    evaluate("always-healthy", TASK, grid="classic", seeds=SEEDS, store=Store(root, runs=None))
+    return root
+
+
+@pytest.fixture(scope="module")
+def dataset(trained: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "runs"
+    export(Store(trained, runs=None).records(), out)
+    return out
+
+
+def _records(root: Path) -> dict[str, RunRecord]:
+    return {r.key: r for r in Store(root, runs=None).records()}
+
+
+def test_a_run_reads_back_as_the_record_it_was_exported_from(trained: Path, dataset: Path):
+    stored = _records(trained)
+    back = RunsDataset(dataset).records()
+    assert sorted(r.key for r in back) == sorted(stored)
+    for record in back:
+        original = stored[record.key]
+        # The lite tier keeps the trace as Monitor(every=20) records it, bit for bit.
+        lite = replace(original, trace=original.trace.sampled(20) if original.trace else None)
+        assert dumps(record.to_dict()) == dumps(lite.to_dict())
+
+
+def test_the_tables_read_with_pyarrow_alone(trained: Path, dataset: Path):
+    runs = pads.dataset(dataset / "runs", format="parquet", partitioning="hive").to_table()
+    traces = pads.dataset(dataset / "traces", format="parquet", partitioning="hive").to_table()
+    stored = _records(trained)
+    assert sorted(runs.column("key").to_pylist()) == sorted(stored)
+    assert set(runs.column("task").to_pylist()) == {TASK}
+    healthy = runs.filter(pads.field("condition") == "healthy").to_pylist()
+    assert len(healthy) == SEEDS and healthy[0]["fault"] == "healthy"
+    key = healthy[0]["key"]
+    rows = traces.filter((pads.field("key") == key) & (pads.field("series") == "loss"))
+    loss = rows.column("values").to_pylist()[0]
+    assert np.array_equal(loss, stored[key].trace.loss)
+    wait = traces.filter((pads.field("key") == key) & (pads.field("series") == "wait_microseconds"))
+    micro = np.asarray(wait.column("values").to_pylist()[0])
+    assert np.array_equal(micro / 1e6, stored[key].trace.wait_seconds)
+    assert np.array_equal(micro, np.rint(micro))  # whole microseconds
+    # Each file is the one its manifest names, by SHA-256.
+    manifest = json.loads((dataset / MANIFEST).read_text())
+    assert manifest["tier"] == "lite" and manifest["every"] == 20
+    assert set(manifest["files"]) == {
+        f"{table}/task={TASK}/part-0.parquet" for table in ("runs", "traces")
+    }
+    assert pq.read_table(dataset / f"runs/task={TASK}/part-0.parquet").num_rows == len(stored)
+
+
+def test_a_store_standing_on_the_dataset_trains_nothing_and_answers_the_same(
+    trained: Path, dataset: Path, tmp_path: Path
+):
+    empty = Store(tmp_path / "empty", runs=dataset)
+    from_data = evaluate("rules", TASK, grid="classic", seeds=SEEDS, store=empty)
+    from_store = evaluate(
+        "rules", TASK, grid="classic", seeds=SEEDS, store=Store(trained, runs=None)
+    )
+    assert from_data.trained == 0 and from_store.trained == 0
+    assert list(empty.root.glob("*/*/seed-*/*/*.json")) == []  # no run written
+    assert [(r.truth, r.predicted) for r in from_data.results] == [
+        (r.truth, r.predicted) for r in from_store.results
+    ]
+
+
+def test_export_keeps_unchanged_partitions_byte_for_byte(trained: Path, tmp_path: Path):
+    records = Store(trained, runs=None).records()
+    first = export(records, tmp_path / "a")
+    second = export(reversed(records), tmp_path / "b")
+    assert {k: v["sha256"] for k, v in first.files.items()} == {
+        k: v["sha256"] for k, v in second.files.items()
+    }
+
+
+def test_a_changed_file_is_refused_naming_the_runs_it_would_retrain(dataset: Path, tmp_path: Path):
+    copy = tmp_path / "runs"
+    shutil.copytree(dataset, copy)
+    part = copy / f"traces/task={TASK}/part-0.parquet"
+    part.write_bytes(part.read_bytes()[:-10])
+    with pytest.raises(FaultbenchError, match=rf"runs of task {TASK} would be trained again"):
+        RunsDataset(copy)
+
+
+def test_a_dataset_of_other_training_code_is_refused_by_the_cli(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    copy = tmp_path / "runs"
+    shutil.copytree(dataset, copy)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["training_code"] = "0123456789ab"
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    assert cli(["runs", "check", "--runs", str(copy)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "made by training code 0123456789ab" in err and "make runs" in err
+    args = ["run", "--diagnoser", "rules", "--task", TASK, "--grid", "classic", "--seeds", "1"]
+    assert cli([*args, "--runs", str(copy), "--store", str(tmp_path / "s")]) == 2
+    assert not (tmp_path / "s").exists()  # refused before any work
+
+
+def test_the_cli_exports_and_checks(trained: Path, tmp_path: Path, capsys):
+    out = tmp_path / "runs"
+    argv = ["runs", "export", "--store", str(trained), "--runs", "none", "--out", str(out)]
+    assert cli(argv) == 0
+    assert f"{len(_records(trained))} runs of 1 tasks (lite tier" in capsys.readouterr().out
+    assert cli(["runs", "check", "--runs", str(out)]) == 0
+    with pytest.raises(SystemExit) as exited:
+        cli(["runs", "export", "--tier", "tiny"])
+    assert exited.value.code == 2
+    assert "Unknown tier 'tiny'. Valid: full, lite" in capsys.readouterr().err
+
+
+def test_export_refuses_a_store_with_nothing_for_the_task(trained: Path, tmp_path: Path):
+    with pytest.raises(FaultbenchError, match="no run to export for digits"):
+        export(Store(trained, runs=None).records(), tmp_path / "runs", tasks=["digits"])
+    assert not (tmp_path / "runs").exists()
