@@ -144,3 +144,13 @@ def test_export_refuses_a_store_with_nothing_for_the_task(trained: Path, tmp_pat
     with pytest.raises(FaultbenchError, match="no run to export for digits"):
         export(Store(trained, runs=None).records(), tmp_path / "runs", tasks=["digits"])
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_schema_pages_pandas_lines_read_it(trained: Path, dataset: Path):
+    import pandas as pd
+
+    runs = pd.read_parquet(dataset / "runs")  # docs/runs.md's lines, as they stand there
+    traces = pd.read_parquet(dataset / "traces", filters=[("task", "=", TASK)])
+    loss = traces[(traces.series == "loss")].set_index("key")["values"]
+    assert set(runs.task.astype(str)) == {TASK} and len(runs) == len(_records(trained))
+    assert sorted(loss.index) == sorted(runs.key)

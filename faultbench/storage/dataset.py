@@ -263,7 +263,7 @@ def _parquet_bytes(table: Any) -> bytes:
         sink,
         compression="zstd",
         compression_level=19,  # written once, read often: 4% smaller than level 9
-        use_dictionary=["key", "series", "name", "task", "kind", "status", "optimizer"],
+        use_dictionary=["key", "series", "name", "kind", "status", "optimizer"],
         # Floats with their bytes split by position: 6% smaller (a float32's zero bytes).
         use_byte_stream_split=[
             path for path, kind in _leaves(table.schema) if pa.types.is_floating(kind)
@@ -297,7 +297,6 @@ def RUNS_SCHEMA() -> Any:
     return pa.schema(
         [
             ("key", pa.string()),
-            ("task", pa.string()),
             ("suite", pa.string()),
             ("kind", pa.string()),
             ("condition", pa.string()),
@@ -346,7 +345,6 @@ def _run_row(record: RunRecord, every: int, *, full: bool) -> dict[str, Any]:
     trace = _kept_trace(record, every)
     return {
         "key": record.key,
-        "task": spec.task,
         "suite": "realbugs" if spec.code else "grid",
         "kind": config.kind if config else "",
         "condition": spec.slug,
