@@ -41,7 +41,7 @@ def test_a_stored_answer_is_read_back_instead_of_asking_again(
 
 def test_new_code_asks_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _score(tmp_path)
-    monkeypatch.setattr(faultbench.scoring.evaluate, "diagnosis_code", lambda: "edited")
+    monkeypatch.setattr(faultbench.scoring.evaluate, "code_for", lambda diagnoser: "edited")
     monkeypatch.setattr(RulesDiagnoser, "diagnose", _refuse)
     again = _score(tmp_path)
     assert {r.status for r in again.results} == {"error"}
@@ -120,6 +120,59 @@ def test_the_code_key_hashes_code_not_docstrings_and_comments(
     finally:
         monkeypatch.undo()
         cache.diagnosis_code.cache_clear()
+
+
+SHIPPED = ("rules", "doctor", "umlaut", "learned", "always-healthy", "thedeepchecker")
+
+
+def _keys(monkeypatch: pytest.MonkeyPatch, edited: dict[str, Path]) -> dict[str, str]:
+    """Each shipped diagnoser's answer key with the files of ``edited`` replaced."""
+    files = {**cache.source_files(), **edited}
+    monkeypatch.setattr(cache, "source_files", lambda: files)
+    cache.diagnosis_code.cache_clear()
+    try:
+        return {n: cache.code_for(get_diagnoser(n)) for n in SHIPPED}
+    finally:
+        monkeypatch.undo()
+        cache.diagnosis_code.cache_clear()
+
+
+def _edited(tmp_path: Path, relative: str) -> dict[str, Path]:
+    """``relative`` (a key of source_files) with one constant added: a code edit."""
+    original = cache.source_files()[relative]
+    copy = tmp_path / original.name
+    copy.write_text(original.read_text(encoding="utf-8") + "\nEDITED_HERE = 1\n")
+    return {relative: copy}
+
+
+def test_editing_one_diagnosers_module_rekeys_its_answers_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _keys(monkeypatch, {})
+    after = _keys(monkeypatch, _edited(tmp_path, "faultbench.diagnosers/umlaut.py"))
+    assert [n for n in SHIPPED if after[n] != before[n]] == ["umlaut"]
+    # The doctor runs through the rules (it imports them): a rule's edit re-keys both.
+    after = _keys(monkeypatch, _edited(tmp_path, "faultbench.diagnosers/rules.py"))
+    assert [n for n in SHIPPED if after[n] != before[n]] == ["rules", "doctor"]
+
+
+def test_editing_code_every_diagnosis_goes_through_rekeys_them_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _keys(monkeypatch, {})
+    for shared in ("faultbench/scoring/harness.py", "faultbench/scoring/run.py"):
+        after = _keys(monkeypatch, _edited(tmp_path, shared))
+        assert all(after[n] != before[n] for n in SHIPPED), shared
+
+
+def test_a_diagnosers_files_are_its_module_and_what_it_imports() -> None:
+    rules = cache.module_files("faultbench.diagnosers.rules")
+    assert "faultbench.diagnosers/rules.py" in rules
+    assert "faultbench.diagnosers/_treatment.py" in rules  # imported by the rules
+    assert "faultbench.diagnosers/umlaut.py" not in rules
+    assert "faultbench.diagnosers/__init__.py" in rules  # runs on import; its imports do not
+    assert "faultbench/scoring/harness.py" in rules
+    assert not any(k.startswith(("faultbench/cli/", "faultbench/reporting/")) for k in rules)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faultbench.scoring.board import Evaluation
-from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
+from faultbench.scoring.cache import DiagnosisCache, code_for
 from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import get_diagnoser, instruments_of, ships_with_faultbench
 from faultbench.scoring.plan import Plan, plan
@@ -111,14 +111,13 @@ def diagnose_ahead(
 ) -> None:
     """Have ``engine``'s workers diagnose (and store) every evaluation whose answers can be
     stored, the slowest diagnosers first. Failures are left for the report to meet again."""
-    code = diagnosis_code()
     stored = [
         ev
         for ev in evaluations
-        if ships_with_faultbench(get_diagnoser(ev.diagnoser))
-        and not DiagnosisCache(store, ev.diagnoser, code, ev.every, ev.prefix).answers_all(
-            _specs(ev, store)
-        )
+        if ships_with_faultbench(diag := get_diagnoser(ev.diagnoser))
+        and not DiagnosisCache(
+            store, ev.diagnoser, code_for(diag), ev.every, ev.prefix
+        ).answers_all(_specs(ev, store))
     ]  # a rerun with every answer stored starts no worker at all
     for name in dict.fromkeys(ev.diagnoser for ev in stored):
         prepare = contract_of(get_diagnoser(name)).prepare

@@ -38,7 +38,7 @@ from faultbench.realbugs.storage import RealBugSuite, spec_of
 from faultbench.reporting.ahead import planned
 from faultbench.reporting.resultfile import ResultFile, answers_frame, decode, rows_of
 from faultbench.scoring.board import REALBUGS, Board, Evaluation
-from faultbench.scoring.cache import STORED_STATUSES, diagnosis_code
+from faultbench.scoring.cache import STORED_STATUSES, code_for
 from faultbench.scoring.contract import Contract, contract_of
 from faultbench.scoring.diagnosis import (
     Diagnoser,
@@ -64,13 +64,14 @@ def task_kind(task: Task) -> str:
 
 
 def code_of(diagnoser: Diagnoser) -> str:
-    """The hash of the code behind ``diagnoser``'s answers: faultbench's diagnosis code
-    (:func:`~faultbench.scoring.cache.diagnosis_code`, the shipped diagnosers' included),
-    and for one that does not ship with faultbench its own package's, as code."""
+    """The hash of the code behind ``diagnoser``'s answers: the code its diagnosis can run
+    through (:func:`~faultbench.scoring.cache.code_for`: its module and what it imports of
+    faultbench), and for one that does not ship with faultbench its own package's, as code.
+    Editing one diagnoser's module changes its key alone."""
     if ships_with_faultbench(diagnoser):
-        return diagnosis_code()
+        return code_for(diagnoser)
     return hashlib.sha256(
-        f"{diagnosis_code()}\0{_package_code(type(diagnoser).__module__)}".encode()
+        f"{code_for(diagnoser)}\0{_package_code(type(diagnoser).__module__)}".encode()
     ).hexdigest()[:12]
 
 

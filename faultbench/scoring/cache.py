@@ -32,8 +32,10 @@ store that cannot be written (read-only) is read from and nothing is stored.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.util
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -106,12 +108,110 @@ def source_files() -> dict[str, Path]:
     return dict(sorted(files.items()))
 
 
+#: The modules every diagnosis goes through, whatever the diagnoser: how a run is planned,
+#: handed to it (in a worker or not) and its answer checked. An edit to any of them, or to
+#: what they import, re-keys every diagnoser's answers.
+EVERY_DIAGNOSIS = (
+    "faultbench.scoring.evaluate",
+    "faultbench.scoring.harness",
+    "faultbench.scoring.worker",
+    "faultbench.scoring.run",
+)
+
+
+def module_files(module: str) -> dict[str, Path]:
+    """The files of :func:`source_files` that a diagnoser defined in ``module`` can run
+    through: that module, :data:`EVERY_DIAGNOSIS`, and every module of the project they
+    import (at the top or inside a function), with the packages above each, transitively.
+    A module outside the project (a plug-in's) contributes what it imports of it."""
+    files = source_files()
+    by_name = _module_names(files)
+    seen: set[str] = set()
+    todo = [module, *EVERY_DIAGNOSIS]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        relative = by_name.get(name)
+        path = files[relative] if relative is not None else _outside(name)
+        if path is None:
+            continue
+        for base, names in _imports(path, name):
+            # ``from pkg import module`` runs that module (and pkg's __init__, hashed
+            # below); ``from module import name`` runs the module.
+            modules = [f"{base}.{n}" for n in names if f"{base}.{n}" in by_name]
+            found = modules if modules and len(modules) == len(names) else [base, *modules]
+            todo += [n for n in found if n in by_name]  # the project's modules only
+    # The packages above each module run on its import and are hashed, but what they import
+    # is not followed: faultbench.diagnosers' __init__ imports every diagnoser to register
+    # it, and one diagnoser's answers do not run through another's module.
+    seen |= {parent for name in seen for parent in _parents(name) if parent in by_name}
+    return {by_name[name]: files[by_name[name]] for name in sorted(seen & by_name.keys())}
+
+
+def _module_names(files: dict[str, Path]) -> dict[str, str]:
+    """``faultbench.diagnosers/rules.py`` -> ``faultbench.diagnosers.rules`` (a package's
+    ``__init__.py``: the package), each name mapped to its key in ``files``."""
+    names = {}
+    for relative in files:
+        package, _, file = relative.partition("/")
+        parts = file.removesuffix(".py").split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join([package, *parts])] = relative
+    return names
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _outside(name: str) -> Path | None:
+    """The source of a module that is not the project's (a plug-in diagnoser's)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
 @cache
-def diagnosis_code() -> str:
-    """Hash of :func:`source_files` (as code: without docstrings and comments) and of
-    the versions of ``LIBRARIES``: what a shipped diagnoser's answer can depend on."""
+def _imports(path: Path | str, name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What ``path`` (module ``name``) imports, anywhere in it: (module, ()) for ``import
+    module``, (module, names) for ``from module import names`` (a name may be a module)."""
+    path = Path(path)
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, up level - 1
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.append((base, tuple(alias.name for alias in node.names)))
+    return tuple(found)
+
+
+def code_for(diagnoser: object) -> str:
+    """:func:`diagnosis_code` of the module that defines ``diagnoser``'s class: the key of
+    its stored answers, which an edit to another diagnoser's module leaves as it is."""
+    return diagnosis_code(type(diagnoser).__module__)
+
+
+@cache
+def diagnosis_code(module: str | None = None) -> str:
+    """Hash of the code a diagnoser defined in ``module`` can run through
+    (:func:`module_files`; every file of :func:`source_files` when None), as code (without
+    docstrings and comments), and of the versions of ``LIBRARIES``."""
+    files = source_files() if module is None else module_files(module)
     digest = hashlib.sha256()
-    for relative, path in source_files().items():
+    for relative, path in files.items():
         code = code_text(path.read_text(encoding="utf-8"))
         digest.update(f"{relative}\0{code}\0".encode())
     for name in LIBRARIES:

@@ -23,7 +23,7 @@ from faultbench.faults.fault import (
 )
 from faultbench.faults.grid import check_selection
 from faultbench.scoring import scores, summary
-from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, diagnosis_code
+from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, code_for
 from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import (
     UNDECIDED,
@@ -618,7 +618,7 @@ def stored_answers(
     a diagnoser that ships with faultbench, asked for by its registered name."""
     if not (isinstance(asked, str) and ":" not in asked and ships_with_faultbench(diag)):
         return None
-    return DiagnosisCache(store, diag.name, diagnosis_code(), every, prefix)
+    return DiagnosisCache(store, diag.name, code_for(diag), every, prefix)
 
 
 @dataclass(frozen=True)

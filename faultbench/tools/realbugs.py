@@ -39,7 +39,7 @@ from faultbench.realbugs.storage import (
     save_check,
     spec_of,
 )
-from faultbench.scoring.cache import DiagnosisCache, diagnosis_code
+from faultbench.scoring.cache import DiagnosisCache, code_for
 from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import (
     UNKNOWN,
@@ -215,7 +215,7 @@ def _answered(name: str, case_names: Sequence[str] | None, store: Store) -> bool
     specs = [
         spec_of(case, form).with_instruments(refs) for case in select(case_names) for form in FORMS
     ]
-    cache = DiagnosisCache(store, name, diagnosis_code(), DEFAULT_EVERY)
+    cache = DiagnosisCache(store, name, code_for(get_diagnoser(name)), DEFAULT_EVERY)
     return cache.answers_all(specs)
 
 
