@@ -410,11 +410,11 @@ LOSS_NODES: Mapping[str, tuple[str, str]] = {
 #: How to tell the Monitor each kind (the targets ``monitor.step`` is given), in the order a
 #: user is told them when the kind cannot be inferred.
 DECLARE: Mapping[str, str] = {
-    "regression": "real-valued targets",
+    "regression": "real values",
     "multiclass": "class indices",
-    "binary": "one logit against 0/1 targets",
-    "multilabel": "a 0/1 target matrix, one logit per label",
-    "reconstruction": "the inputs themselves (an autoencoder)",
+    "binary": "0/1 labels against one logit",
+    "multilabel": "a 0/1 matrix of labels, one logit each",
+    "reconstruction": "the inputs themselves, an autoencoder's",
     "next_token": "a language model's next tokens",
 }
 

@@ -37,6 +37,7 @@ from faultbench.scoring.soundness import (
     MEMORIZE_STEPS,
     NOT_HEALTHY,
     PASS,
+    SOUNDNESS,
     UNDECIDED,
     UNMEASURED,
     VAL_SLACK,
@@ -45,7 +46,7 @@ from faultbench.scoring.soundness import (
     validation_check,
     verdict_of,
 )
-from faultbench.training.monitor import Monitor
+from faultbench.training.monitor import KindReading, Monitor
 
 __all__ = [
     "CHANCE_SLACK",
@@ -82,6 +83,7 @@ class DoctorReport:
     passive_only: bool  # True when no probe was available
     verdict: str = ""  # the headline: the diagnosis's label, NOT_HEALTHY or UNDECIDED
     reason: str = ""  # why the headline differs from the diagnosis's label, if it does
+    kind: str = ""  # a monitored run's kind and what said it, or the argument that states it
 
     @property
     def headline(self) -> str:
@@ -96,7 +98,7 @@ class DoctorReport:
 
     def _upgrade(self) -> tuple[str, str]:
         if self.headline == UNDECIDED:
-            return UNDECIDED, "the run's health is undecided until it records an accuracy"
+            return UNDECIDED, "the run's health is undecided until it records its score"
         if self.headline == NOT_HEALTHY:
             return "no", "the run is not healthy: fix it first, a bigger machine does not"
         if self.headline != HEALTHY:
@@ -123,6 +125,8 @@ class DoctorReport:
                 f"diagnosis: {self.headline}: {self.reason}",
                 f"  (the diagnoser {self.diagnoser} answered {d.label}{conf})",
             ]
+        if self.kind:
+            lines.append(f"kind: {self.kind}")
         if self.passive_only:
             lines.append(f"note: {NO_PROBE_NOTE}")
         lines += [f"  {k}: {_short(v)}" for k, v in d.evidence.items()]
@@ -191,9 +195,10 @@ def doctor(
     Returns:
         The report; ``print(report)`` shows the diagnosis and the checklist.
     """
-    if isinstance(monitor_or_run, Monitor):
-        run = run_of(monitor_or_run, probe=probe)
-        device = _device_of(monitor_or_run.model)
+    monitor = monitor_or_run if isinstance(monitor_or_run, Monitor) else None
+    if monitor is not None:
+        run = run_of(monitor, probe=probe)
+        device = _device_of(monitor.model)
     elif isinstance(monitor_or_run, Run):
         run = monitor_or_run if probe is None else dataclasses.replace(monitor_or_run, probe=probe)
         device = None
@@ -211,7 +216,50 @@ def doctor(
         memory_check(oom_after_cheap_fixes),
     )
     verdict, reason = verdict_of(diagnosis, checks, run)
-    return DoctorReport(diagnosis, diag.name, checks, run.probe is None, verdict, reason)
+    kind = monitor.kind_reading if monitor is not None else None
+    if monitor is not None and kind is not None and not _has_score(run):
+        reason = _no_score(monitor, kind, checks) or reason
+    described = kind.describe() if kind is not None else ""
+    return DoctorReport(diagnosis, diag.name, checks, run.probe is None, verdict, reason, described)
+
+
+def _has_score(run: Run) -> bool:
+    trace = run.trace
+    return bool(
+        np.isfinite(np.concatenate([trace.train_acc, trace.val_acc, trace.batch_acc])).any()
+    )
+
+
+def _no_score(monitor: Monitor, kind: KindReading, checks: tuple[Check, ...]) -> str:
+    """Why a monitored run that logged something has no score, and what to add; "" when
+    nothing was logged at all (the soundness checks' own reason says so)."""
+    logged = list(monitor.trace().metrics)  # in the order they were logged
+    if not logged and not monitor.notes:
+        return ""
+    said = []
+    if monitor.notes:
+        said.append("monitor.step's output and target could not be read (" + monitor.notes[0] + ")")
+    if logged:
+        said.append("log_eval logged " + ", ".join(logged))
+    if kind.kind is None:
+        fix = f"the run's kind cannot be told from them: add {kind.argument} (see 'kind:' below)"
+    else:
+        score = kind.kind.score
+        fix = (
+            f"none is the score of a {kind.kind.name} run: log val_{score} (and train_{score}) "
+            f"with monitor.log_eval, or give monitor.step(loss, out, yb) the batch's targets"
+        )
+    skipped = [c.name for c in checks if c.name in SOUNDNESS and c.verdict.startswith(UNMEASURED)]
+    failed = [
+        f"{c.name}: {c.measured}" for c in checks if c.name in SOUNDNESS and c.verdict == FAIL
+    ]
+    why = (
+        "no score was recorded though "
+        + " and ".join(said)
+        + f"; {fix}, so these checks could not run: "
+        + ", ".join(skipped)
+    )
+    return "; ".join(failed) + f"; and {why}" if failed else why
 
 
 def wait_check(run: Run) -> Check:

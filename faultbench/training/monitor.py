@@ -112,9 +112,11 @@ class KindReading:
     def describe(self) -> str:
         """One line: the kind and what it was read from, or which argument to add."""
         if self.kind is None:
-            others = ", ".join(f'"{k}" ({what})' for k, what in DECLARE.items())
+            name = self.likeliest or "regression"
+            others = "; ".join(f'kind="{k}" for {what}' for k, what in DECLARE.items() if k != name)
             return (
-                f"unknown ({self.source}): add {self.argument}, or the kind that fits of {others}"
+                f"unknown ({self.source}): add {self.argument} if the targets are "
+                f"{DECLARE[name]}; for other targets, {others}"
             )
         if self.declared:
             return f"{self.kind.name} (declared)"
