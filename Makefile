@@ -50,12 +50,14 @@ report: $(STAMP)  ## regenerate results/ from the committed rates and levels (tr
 	$(BIN)/faultbench pairs --diagnoser rules --task digits
 
 # The board's runs as data (results/runs/, docs/runs.md): train what neither the store nor
-# the shipped dataset holds (from nothing: every run of the board), then export them all.
+# the shipped dataset holds (from nothing: every run of the board), then export them all:
+# the lite tier (shipped) and the full one (every step; results/runs-full/, not in git).
 # RUNS_ARGS passes --workers and the like to the training.
 RUNS_ARGS ?=
-runs: $(STAMP)  ## train the board's missing runs and export results/runs/ (the lite tier)
+runs: $(STAMP)  ## train the board's missing runs and export results/runs/ (and runs-full/)
 	$(BIN)/faultbench runs train $(RUNS_ARGS)
-	$(BIN)/faultbench runs export
+	$(BIN)/faultbench runs export --tier full
+	$(BIN)/faultbench runs export --runs results/runs-full
 
 leaderboard: $(STAMP)  ## assemble the leaderboard and its site from results/diagnosers/ (diagnoses nothing)
 	$(BIN)/faultbench leaderboard

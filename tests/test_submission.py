@@ -134,6 +134,33 @@ def test_a_new_diagnoser_joins_and_only_its_file_and_the_board_change(
     assert spawned == [2]  # and one for the answers drawn from each of its suites
 
 
+def test_a_new_diagnoser_scores_from_the_lite_runs_dataset_with_nothing_trained(
+    board: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store, shared = board
+    results = tmp_path / "results"
+    shutil.copytree(shared, results)
+    lite = tmp_path / "runs"
+    assert (
+        main(["runs", "export", "--store", str(store), "--runs", "none", "--out", str(lite)]) == 0
+    )
+    assert main(["new-diagnoser", NEW, "--dir", str(tmp_path)]) == 0
+    monkeypatch.chdir(tmp_path / NEW)
+    empty = tmp_path / "empty"  # a fresh clone's: nothing trained, nothing stored
+    argv = [*BOARD, "--store", str(empty), "--runs", str(lite), "--results", str(results)]
+    assert main(["score", "--diagnoser", NEW_CLASS, *argv]) == 0
+    assert list(empty.glob("*/*/seed-*/*/*.json")) == []  # no run trained
+    answers = resultfile.read(results / "diagnosers" / f"{NEW}.json").answers
+    assert set(answers["status"]) == {"ok"} and set(answers["every"]) == {20}  # lite: no every=1
+    capsys.readouterr()
+    assert main(["leaderboard", *argv]) == 0
+    text = (results / "leaderboard.md").read_text()
+    assert f"| {NEW} " in text and f"`{NEW}` has no every-step columns" in text
+
+
 def _count_spawns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A one-item list counting the worker processes started from now on."""
     count, spawn = [0], worker_module._spawn

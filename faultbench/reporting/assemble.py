@@ -86,7 +86,8 @@ def load(results: Path, board: Board) -> Assembled:
     for f in files:
         contract = _contract(f)
         fix = f"refresh it: faultbench score --diagnoser {f.source}"
-        if f.board != board.to_dict(contract):
+        lite = _lite_of(f.board, board.to_dict(contract))
+        if f.board != board.to_dict(contract) and not lite:
             raise FaultbenchError(
                 f"{f.path} was scored on another board ({_board_diff(f.board, board, contract)});"
                 f" {fix}"
@@ -104,7 +105,19 @@ def load(results: Path, board: Board) -> Assembled:
             )
         elif text := board.subset_text(contract):
             notes.append(f"`{f.diagnoser}` is scored on {text}")
+        if lite:
+            notes.append(
+                f"`{f.diagnoser}` has no every-step columns: it was scored on the lite runs "
+                "dataset, which keeps every 20th step (the full tier, `make runs`, has them all)"
+            )
     return Assembled(tuple(files), frame_of(files), tuple(notes))
+
+
+def _lite_of(found: dict[str, object], expected: dict[str, object]) -> bool:
+    """Whether a file scored on ``found`` is the board ``expected`` without its every-step
+    evaluations (scored where only the lite runs dataset holds the runs): it stands, and
+    its every-step cells stay empty."""
+    return bool(expected.get("every_step")) and found == {**expected, "every_step": False}
 
 
 def _board_diff(found: dict[str, object], board: Board, contract: object) -> str:

@@ -110,19 +110,22 @@ class Manifest:
         return manifest
 
 
-def shipped_runs() -> Path:
-    """``results/runs/`` of the checkout faultbench is installed from (an editable install)."""
-    return Path(__file__).resolve().parents[2] / "results" / "runs"
+def shipped_runs(tier: str = "lite") -> Path:
+    """``results/runs/`` (the full tier: ``results/runs-full/``) of the checkout faultbench is
+    installed from (an editable install)."""
+    results = Path(__file__).resolve().parents[2] / "results"
+    return results / ("runs" if tier == "lite" else f"runs-{tier}")
 
 
 def default_runs() -> Path | None:
     """The runs dataset a store stands on unless told otherwise: ``$FAULTBENCH_RUNS``
-    (``none``: none), else the checkout's :func:`shipped_runs` where it holds one."""
+    (``none``: none), else the checkout's full tier where ``make runs`` built one (it holds
+    every step), else its shipped lite tier."""
     env = os.environ.get(ENV_VAR)
     if env is not None:
         return None if env.strip().lower() in (NONE, "") else Path(env)
-    shipped = shipped_runs()
-    return shipped if (shipped / MANIFEST).exists() else None
+    found = [path for path in map(shipped_runs, ("full", "lite")) if (path / MANIFEST).exists()]
+    return found[0] if found else None
 
 
 _OPENED: dict[tuple[Path, int, int], RunsDataset] = {}

@@ -82,6 +82,12 @@ class Store:
         # answer; a report loads each run once per evaluation (~300,000 times, ~3,300 runs).
         self._found: dict[RunSpec, Path] = {}
 
+    @property
+    def every_step(self) -> bool:
+        """Whether its runs can be read at every step: a lite runs dataset keeps every 20th
+        step's statistics (a store alone, or the full tier, keeps them all)."""
+        return self.runs is None or self.runs.manifest.every == 1
+
     def key(self, spec: RunSpec) -> str:
         """``spec.key()``, worked out once per spec for the life of this object (the code
         it hashes does not change while a command runs)."""

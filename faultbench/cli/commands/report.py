@@ -244,6 +244,7 @@ def generate(
         fault_seeds=fault_seeds,
         healthy_seeds=healthy_seeds,
         cases=None if full_tasks else (),  # the suite is scored beside the full grid
+        every_step=store.every_step,  # not from the lite runs dataset alone
     )
     contracts = {name: contract_of(get_diagnoser(name)) for name in diagnosers}
     evaluations = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from faultbench.cli.commands.common import (
@@ -42,8 +43,10 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.scoring.diagnosis import get_diagnoser
 
     contract_of(get_diagnoser(args.diagnoser))  # a broken contract exits 2 before any work
-    board = board_from(args)
     store = store_from(args)
+    # The every-step columns where the runs can be read at every step (not from the lite
+    # runs dataset alone); the leaderboard says which diagnosers lack them.
+    board = replace(board_from(args), every_step=store.every_step)
     folder = Path(args.results) / resultfile.FOLDER
     if folder.exists() and not folder.is_dir():
         raise_not_folder(folder)
