@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 import subprocess
 from fnmatch import fnmatch
 from pathlib import Path
@@ -32,6 +33,7 @@ from faultbench.storage.records import RunRecord
 from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task, task_names
 
+REPO = Path(__file__).resolve().parents[1]
 SEEDS = 2  # of the session grid's three: enough for a mean, an sd and a "last seed"
 BASELINES = ("always-healthy", "random")
 
@@ -350,3 +352,25 @@ def test_fault_table_gives_ln_c_for_classifiers_only(task: str) -> None:
     rows = fault_table({task: {}})  # no runs: the rows still say what ln C is there
     expected = f"{math.log(n_classes):.3f}" if n_classes >= 2 else "nan"
     assert set(rows["ln_classes"]) == {expected}
+
+
+def test_a_slice_writes_its_own_files_and_leaves_the_projects_pages_alone(
+    digits_grid: dict[tuple[str, int], RunRecord], shared_store_root: Path, tmp_path: Path
+) -> None:
+    # The documented way to regenerate one slice, into a folder of a checkout whose README
+    # and docs/ name rows of the whole board (cockpit-live's, ...): they stay as they were.
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "docs", project / "docs")
+    shutil.copy(REPO / "README.md", project / "README.md")
+    before = _files(project)
+    outs = [project / "slice-a", project / "slice-b"]
+    for out in outs:
+        argv = ["report", "--grids", "classic", "--diagnoser", "rules", "--task", "digits"]
+        argv += ["--seeds", "1", "--allow-dirty", "--store", str(shared_store_root)]
+        assert main([*argv, "--out", str(out)]) == 0
+    after = _files(project)
+    assert {n: b for n, b in after.items() if not n.startswith("slice-")} == before
+    first, second = (_files(out) for out in outs)
+    assert first.keys() == second.keys() and "leaderboard.md" in first
+    stable = [n for n in first if not any(fnmatch(n, pattern) for pattern in VOLATILE)]
+    assert [n for n in stable if first[n] != second[n]] == []

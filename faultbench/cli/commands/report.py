@@ -322,9 +322,16 @@ def generate(
     # The leaderboard from the result files alone (a diagnoser scored by its own target,
     # TrainCheck, stands beside these), as `faultbench leaderboard` assembles it.
     assembled = assemble.load(out, board)
-    project = out.resolve().parent / "README.md"  # the project's headline, where it has markers
+    # The project's headline (README.md's markers) and docs/'s generated blocks are written
+    # from the whole board only: a slice's leaderboard lacks the rows they name.
+    whole_board = _whole_board(tasks, diagnosers, scored_grids)
+    project = out.resolve().parent / "README.md"
     board_files = assemble.write(
-        assembled, board, out, evidence=evidence_from(store), readme=project
+        assembled,
+        board,
+        out,
+        evidence=evidence_from(store),
+        readme=project if whole_board else None,
     )
     written += [p for p in board_files if p != project]  # no file of results/
     if answers is not None:
@@ -339,8 +346,21 @@ def generate(
         revision=revision or provenance.git_revision(out=out),
     )
     written.append(_write_text(readme, out / "README.md"))
-    write_docs(project.parent, out)  # the pages' generated blocks, from the files just written
+    if whole_board:
+        write_docs(project.parent, out)  # the pages' generated blocks, from the files just written
     return sorted(p.relative_to(out) for p in written)
+
+
+def _whole_board(
+    tasks: Sequence[str], diagnosers: Sequence[str], scored_grids: Sequence[str]
+) -> bool:
+    """Whether a report scores make report's whole board: every task, both grids, every
+    diagnoser a report scores by default."""
+    from faultbench.scoring.diagnosis import diagnoser_names
+    from faultbench.tasks.task import task_names
+
+    every = set(in_report(diagnoser_names()))
+    return set(tasks) == set(task_names()) and "full" in scored_grids and every <= set(diagnosers)
 
 
 def _bases_markdown(full: Sequence[Report]) -> str:
