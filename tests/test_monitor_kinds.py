@@ -691,7 +691,7 @@ def test_zero_one_targets_of_an_unread_loss_against_one_logit_are_binary() -> No
         lambda o, y: F.binary_cross_entropy_with_logits(o, y).detach().item(), LOGITS, ZERO_ONE
     )
     assert monitor.kind_reading.kind == KINDS["binary"]
-    assert monitor.kind_reading.source == "0/1 targets against one logit per example"
+    assert monitor.kind_reading.source == "0/1 targets against one output per example"
     expected = accuracy_score(ZERO_ONE.numpy().ravel() > 0.5, LOGITS.detach().numpy().ravel() > 0)
     assert monitor.trace().batch_acc.tolist() == [pytest.approx(expected)]
 

@@ -10,6 +10,12 @@ Three added lines in a user's loop::
 The benchmark's loop uses exactly this class, so what a diagnoser is scored on
 is what it will see on a user's run.
 
+What the task predicts (its kind: the score ``step`` records, which logged metric is
+the task's score, the chance level) is declared with ``Monitor(..., kind=...)`` or
+inferred from what the loop gives (:func:`infer_kind`; :attr:`Monitor.kind_reading`
+says which and from what): a declared kind always wins, and the benchmark's loop
+declares its task's, so the inference never touches a benchmark run.
+
 What it watches (see :mod:`faultbench.training.layers`,
 :mod:`faultbench.training.activations` and :mod:`faultbench.training.widths`):
 every module with parameters of its own, whatever its type, and the
@@ -787,7 +793,7 @@ def infer_kind(
 def _labels(out: tuple[int, ...], tgt: tuple[int, ...], said_by: str) -> KindReading:
     per_example = math.prod(out[1:]) if len(out) >= 2 else 1
     if per_example == 1:
-        return KindReading(get_kind("binary"), f"{said_by} against one logit per example")
+        return KindReading(get_kind("binary"), f"{said_by} against one output per example")
     if tgt == out:
         return KindReading(get_kind("multilabel"), f"{said_by}: a 0/1 matrix {tgt}")
     return KindReading(None, f"{said_by} of shape {tgt} for outputs {out}", likeliest="multilabel")
