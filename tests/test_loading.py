@@ -1,6 +1,7 @@
 """The starved loader: each step waits its multiple of the run's own compute, so a run's
 wait share is ``m / (1 + m)`` as the Monitor measures it, on a quiet or a busy machine,
-and hands over the same batches as ever."""
+and hands over the same batches as ever; a healthy run's loader, whichever the design
+draws, keeps it well below data-bound, and one worker handing each batch over does not."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from faultbench.faults.batches import SHARD_BATCHES
 from faultbench.faults.fault import base_setup, condition
 from faultbench.faults.loading import CALIBRATION_STEPS, LEAST_WAITING, MOST_WAITING
 from faultbench.faults.recipe import Batch, Recipe
+from faultbench.storage.bases import DATA_BOUND, data_bound_verdict
 from faultbench.tasks.design import LOADERS
 from faultbench.tasks.task import get_task
 from faultbench.training.loop import train
@@ -196,3 +199,76 @@ def test_a_starved_loader_starves_every_loader_a_design_draws(loader: str, task:
             assert type(got[0]) is type(want[0])
             inputs = zip(*(b[0] if isinstance(b[0], tuple) else (b[0],) for b in (got, want)))
             assert all(torch.equal(a, b) for a, b in inputs) and torch.equal(got[1], want[1])
+
+
+# -- a healthy run is not data-bound; one batch handed over at a time from a worker is -----
+
+
+def _healthy_wait(task: str, loader: str) -> tuple[str, float]:
+    """Why a healthy run of ``task``'s reference design on ``loader`` is data-bound ("" when
+    it is not), and its wait share; a second run decides a first that a stall of the busy
+    machine made data-bound, as in _off_twice."""
+    the_task = get_task(task)
+    recipe = base_setup(the_task, 0, the_task.reference_design().replace(loader=loader))
+    for _ in range(2):
+        trace = train(recipe).trace
+        assert trace is not None
+        why = data_bound_verdict(trace)
+        if not why:
+            break
+    return why, trace.wait_share
+
+
+# digits' MLP steps in about 0.4 ms, the shortest of the tuned-on tasks; ratings draws the
+# largest batches (128 rows): the loaders' per-batch work is largest there.
+@pytest.mark.parametrize("task", ["digits", "ratings"])
+@pytest.mark.parametrize("loader", LOADERS)
+def test_no_loader_of_the_family_makes_a_small_models_healthy_run_data_bound(
+    loader: str, task: str
+) -> None:
+    why, share = _healthy_wait(task, loader)
+    assert not why, why
+    assert share < DATA_BOUND / 2, share  # well below: under a quarter of the compute
+
+
+def test_one_worker_handing_each_batch_over_starves_a_small_model_and_changes_no_number() -> None:
+    # The family's loader before this round: the healthy run's accuracy, most of its time
+    # spent waiting.
+    healthy = train(_digits()).trace
+    starved = train(condition("starved_loader.one_worker").apply(_digits())).trace
+    assert healthy is not None and starved is not None
+    assert data_bound_verdict(starved), starved.wait_share
+    assert starved.val_acc[-1] == pytest.approx(healthy.val_acc[-1], abs=0.03)
+
+
+def _whole_shuffled_epochs(got: list[Batch], again: list[Batch], per_epoch: int) -> None:
+    """``got`` is ``again`` (a seeded loader's batches twice), of full batches, each epoch
+    of ``per_epoch`` batches a shuffle of rows (no row twice) and the next another."""
+    for (x, y), (x0, y0) in zip(got, again, strict=True):
+        xs, x0s = (x, x0) if isinstance(x, tuple) else ((x,), (x0,))
+        assert all(torch.equal(a, b) for a, b in zip(xs, x0s, strict=True))
+        assert torch.equal(y, y0) and len(y) == len(got[0][1])
+    numbers = [b[0][1] if isinstance(b[0], tuple) else b[0] for b in got]
+    for start in range(0, len(got) - per_epoch + 1, per_epoch):
+        rows = torch.cat(numbers[start : start + per_epoch])
+        assert len(torch.unique(rows, dim=0)) == len(rows)
+    first, second = (torch.cat(numbers[i * per_epoch : (i + 1) * per_epoch]) for i in (0, 1))
+    assert not torch.equal(first, second)
+
+
+def test_one_worker_hands_over_whole_shuffled_epochs_the_same_every_time() -> None:
+    recipe = condition("starved_loader.one_worker").apply(_digits())
+    per_epoch = len(recipe.y_train) // recipe.batch_size
+    n = 3 * per_epoch  # three epochs, the worker kept from one to the next
+    got, again = (_batches(recipe.loader(recipe), n) for _ in range(2))
+    _whole_shuffled_epochs(got, again, per_epoch)
+
+
+@pytest.mark.parametrize("task", ["digits", "churn"])  # one input; codes beside numbers
+def test_the_worker_loader_hands_over_whole_shuffled_epochs_across_its_shards(task: str) -> None:
+    the_task = get_task(task)
+    recipe = base_setup(the_task, 0, the_task.reference_design().replace(loader="workers"))
+    per_epoch = len(recipe.y_train) // recipe.batch_size
+    n = SHARD_BATCHES + 2 * per_epoch  # past the first shard and an epoch's end inside it
+    got, again = (_batches(recipe.loader(recipe), n) for _ in range(2))
+    _whole_shuffled_epochs(got, again, per_epoch)

@@ -4,13 +4,23 @@ A design's ``loader`` (:data:`faultbench.tasks.design.LOADERS`) names it:
 
 - ``tensors``: ready tensors indexed by a shuffled permutation (:class:`BatchStream`), the
   benchmark's original loader, and the reference designs' (a loader costs nothing);
-- ``dataloader``: a torch ``DataLoader`` over a ``TensorDataset``, default collate, shuffled
-  by a seeded generator: what most scripts write (about 0.1 ms a batch, which is 0.2-0.3 of a
-  small model's step);
-- ``dataset``: a ``Dataset`` whose ``__getitem__`` turns one row into tensors (per-item work,
-  about 10 us an item here) and a ``collate_fn`` that stacks them;
-- ``workers``: that ``Dataset`` and ``collate_fn`` behind one persistent worker process
-  (``num_workers=1``), which prepares batches while the model steps.
+- ``dataloader``: a torch ``DataLoader`` over a ``TensorDataset`` whose sampler draws a
+  batch's indices at once (``BatchSampler``, ``batch_size=None``), so the dataset is indexed
+  once a batch: the fast way to load in-memory tensors;
+- ``dataset``: a ``Dataset`` that turns the rows it is asked for into tensors
+  (``__getitems__``: a batch's rows at once) and a ``collate_fn`` that passes them on;
+- ``workers``: a ``Dataset`` whose ``__getitem__`` turns one row into tensors (per-item
+  work) and a ``collate_fn`` that stacks them, behind one persistent worker process that
+  prepares shards of :data:`SHARD_BATCHES` batches ahead (prefetching) while the model
+  steps; the main process cuts each shard into batches.
+
+None of the four makes a healthy run data-bound: a loader's wait is a small part of even
+the smallest model's step (docs/faults.md, "data-bound"). Handing every batch over from a
+worker process is not one of them: it costs about a millisecond a batch here, more than a
+small model's whole step, which is the starved loader's ``one_worker`` variant
+(:mod:`faultbench.faults.loading`). The worker is forked (``multiprocessing_context``), as a
+script run by hand on Linux forks it, also in the engine's spawned processes, whose children
+would otherwise spawn and wait seconds for an interpreter to import torch.
 
 Every form yields the same kind of batch, ``(inputs, targets)`` with ``inputs`` a tensor or,
 for a model of two inputs, ``(codes, numbers)``, endlessly (epochs follow each other), full
@@ -20,18 +30,39 @@ forms' orders differ (each shuffles with its own generator), as two scripts' wou
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    Sampler,
+    TensorDataset,
+)
 
 from faultbench.core.errors import FaultbenchError, unknown_name
 from faultbench.tasks.design import LOADERS
 
-__all__ = ["Batch", "BatchStream", "Rows", "batches", "stack_rows"]
+__all__ = [
+    "Batch",
+    "BatchStream",
+    "EndlessShards",
+    "Rows",
+    "ShuffledBatches",
+    "batches",
+    "stack_rows",
+    "worker_loader",
+]
+
+#: Batches a worker hands over at once: a hand-over costs about a millisecond here, so one
+#: per 32 batches is under a tenth of even a 0.4 ms step.
+SHARD_BATCHES = 256
+#: How the loader worker starts: forked, as on Linux by hand (spawning imports torch anew).
+WORKER_START = "fork"
 
 Batch = tuple[Any, torch.Tensor]  # (inputs: a tensor, or a tuple for a model of two, targets)
 
@@ -59,30 +90,101 @@ def batches(
         tensors = [
             torch.from_numpy(np.ascontiguousarray(a)) for a in (codes, X, y) if a is not None
         ]
-        plain = DataLoader(
-            TensorDataset(*tensors), size, shuffle=True, drop_last=True, generator=order
+        whole = ShuffledBatches(len(y), size, order)
+        return _as_batches(_epochs(DataLoader(TensorDataset(*tensors), None, sampler=whole)))
+    if loader == "dataset":
+        rows = DataLoader(
+            BatchedRows(X, y, codes),
+            size,
+            shuffle=True,
+            drop_last=True,
+            generator=order,
+            collate_fn=_as_is,
         )
-        return _as_batches(_epochs(plain))
-    if loader not in LOADERS:
+        return _epochs(rows)
+    if loader != "workers":
         raise unknown_name("loader", loader, LOADERS)
-    workers = 1 if loader == "workers" else 0
-    if workers and multiprocessing.current_process().daemon:
+    shards = EndlessShards(len(y), size, SHARD_BATCHES, order)
+    stream = iter(worker_loader(BatchedRows(X, y, codes), batch_sampler=shards, collate_fn=_as_is))
+    # Set up as the model is: the worker starts and hands its first shard over before the
+    # first step (a run here computes for a third of a second, a real one for hours, over
+    # which a worker's start of 50-100 ms is nothing); from there on it prefetches.
+    first = next(stream)
+    return _cut(itertools.chain([first], stream), size)
+
+
+def worker_loader(rows: Dataset[Any], **options: Any) -> DataLoader[Any]:
+    """A ``DataLoader`` of ``rows`` (with ``options``) whose one persistent, forked worker
+    fetches each batch, and the next ones (prefetching), while the model steps.
+
+    Raises:
+        FaultbenchError: in a daemonic process, which may not start one.
+    """
+    if multiprocessing.current_process().daemon:
         raise FaultbenchError(
-            "loader 'workers' starts a DataLoader worker process, which this daemonic process "
-            "cannot (a Dask worker is one unless its config sets distributed.worker.daemon: "
-            "False); expected a process that may have children, as the local engine's are"
+            "a loader with a worker starts a DataLoader worker process, which this daemonic "
+            "process cannot (a Dask worker is one unless its config sets "
+            "distributed.worker.daemon: False); expected a process that may have children, "
+            "as the local engine's are"
         )
-    items = DataLoader(
-        Rows(X, y, codes),
-        size,
-        shuffle=True,
-        drop_last=True,
-        generator=order,
-        collate_fn=stack_rows,
-        num_workers=workers,
-        persistent_workers=workers > 0,
+    return DataLoader(
+        rows,
+        num_workers=1,
+        persistent_workers=True,
+        prefetch_factor=2,
+        multiprocessing_context=WORKER_START,
+        **options,
     )
-    return _epochs(items)
+
+
+class ShuffledBatches(Sampler[torch.Tensor]):
+    """One shuffled epoch of ``rows`` from the seeded ``order``, as the index tensors of its
+    full batches of ``size``: a ``TensorDataset`` takes a batch in one indexing per tensor."""
+
+    def __init__(self, rows: int, size: int, order: torch.Generator) -> None:
+        self.rows, self.size, self.order = rows, size, order
+
+    def __len__(self) -> int:
+        return self.rows // self.size
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        epoch = torch.randperm(self.rows, generator=self.order)
+        return iter(epoch[: len(self) * self.size].split(self.size))
+
+
+class EndlessShards(Sampler[list[int]]):
+    """Shards of ``batches`` full batches of ``size`` rows each, endlessly: shuffled epochs
+    one after another (an epoch's rows beyond its last full batch left out) from the seeded
+    ``order``, a shard running on into the next epoch, so a shard is handed over once per
+    ``batches`` steps whatever an epoch's length."""
+
+    def __init__(self, rows: int, size: int, batches: int, order: torch.Generator) -> None:
+        self.rows, self.size, self.batches, self.order = rows, size, batches, order
+
+    def __iter__(self) -> Iterator[list[int]]:
+        used = self.rows - self.rows % self.size  # full batches only
+        shard: list[int] = []
+        while True:
+            shard += torch.randperm(self.rows, generator=self.order)[:used].tolist()
+            while len(shard) >= self.size * self.batches:
+                yield shard[: self.size * self.batches]
+                shard = shard[self.size * self.batches :]
+
+
+def _cut(shards: Iterator[Batch], size: int) -> Iterator[Batch]:
+    """Each shard's full batches of ``size`` rows, in order (views: nothing is copied)."""
+    for inputs, targets in shards:
+        for start in range(0, len(targets) - size + 1, size):
+            part = slice(start, start + size)
+            if isinstance(inputs, tuple):
+                yield tuple(x[part] for x in inputs), targets[part]
+            else:
+                yield inputs[part], targets[part]
+
+
+def _as_is(batch: Any) -> Any:  # typed as torch types a collate_fn: it takes a list
+    """A ``collate_fn`` for a batch that :meth:`BatchedRows.__getitems__` made already."""
+    return batch
 
 
 def _epochs(loader: DataLoader[Any]) -> Iterator[Any]:
@@ -113,6 +215,27 @@ class Rows(Dataset[Batch]):
         if self.codes is None:
             return x, target
         return (torch.from_numpy(self.codes[i]), x), target
+
+
+class BatchedRows(Dataset[Batch]):
+    """The training rows, made into tensors a batch at a time: a ``DataLoader`` asks for a
+    batch's indices at once (``__getitems__``) and gets the batch, as ``stack_rows`` of
+    :class:`Rows`' items would make it, for one indexing of the arrays instead of one a row."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, codes: np.ndarray | None = None) -> None:
+        self.X, self.y, self.codes = X, y, codes
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> Batch:
+        return Rows(self.X, self.y, self.codes)[i]
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        x, target = torch.from_numpy(self.X[indices]), torch.from_numpy(self.y[indices])
+        if self.codes is None:
+            return x, target
+        return (torch.from_numpy(self.codes[indices]), x), target
 
 
 def stack_rows(items: list[Batch]) -> Batch:

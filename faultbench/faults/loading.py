@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from faultbench.faults.batches import Rows, stack_rows, worker_loader
 from faultbench.faults.fault import Severity, Variant
 from faultbench.faults.recipe import Batch, Recipe
 
@@ -185,7 +186,29 @@ def _slow_dataset(recipe: Recipe, severity: float | None) -> Recipe:
     return updates.timed(recipe.replace(loader=dataloader))
 
 
-# Both variants also wrap the recipe's update, only to time it (_Updates): the bug lives
+def _one_worker(recipe: Recipe, severity: float | None) -> Recipe:
+    """Batches made item by item in one worker process and handed over one at a time: the
+    loader the family's ``workers`` form was until it starved the small models it fed."""
+
+    def dataloader(r: Recipe) -> Iterator[Batch]:
+        rows = Rows(r.X_train, r.y_train, r.codes_train)
+        size = min(r.batch_size, len(rows))
+        order = torch.Generator().manual_seed(r.seed)
+        return _epochs(
+            worker_loader(
+                rows,
+                batch_size=size,
+                shuffle=True,
+                drop_last=True,
+                generator=order,
+                collate_fn=stack_rows,
+            )
+        )
+
+    return recipe.replace(loader=dataloader)
+
+
+# The two paced variants also wrap the recipe's update, only to time it (_Updates): the bug lives
 # in the loader.
 STARVED_LOADER: tuple[Variant, ...] = (
     Variant(
@@ -205,5 +228,14 @@ STARVED_LOADER: tuple[Variant, ...] = (
         Severity(
             5.0, LEAST_WAITING, MOST_WAITING, "work per batch, in multiples of the compute per step"
         ),
+    ),
+    # No knob: its wait is what a hand-over costs (about a millisecond a batch here), so it
+    # starves a model whose step is shorter and shows on the tasks whose models are small.
+    Variant(
+        "one_worker",
+        "a `DataLoader` with one worker (`num_workers=1`) that makes each batch item by item "
+        "and hands it over from its process, in front of a model whose step is shorter",
+        "loader",
+        _one_worker,
     ),
 )

@@ -10,6 +10,12 @@ classic grid scores too). A design that fails is redrawn from the next
 sub-seed, deterministically; the redraws and their reasons are counted and
 reported, never hidden. The healthy run that verified a base is the healthy
 run the grid scores on that seed.
+
+A healthy run is also not data-bound (:data:`NOT_DATA_BOUND`): it waits for its batches
+less than :data:`DATA_BOUND` of its step time. That is a property of the family's
+loaders (:mod:`faultbench.faults.batches`), measured on their healthy drawn runs
+(docs/faults.md) and held by a test, not a reason to redraw: a wait is wall-clock time,
+which a busy machine stretches, and a base must be the same draw on every machine.
 """
 
 from __future__ import annotations
@@ -40,6 +46,15 @@ CRITERION = (
     f"finite loss; last tenth's mean loss < {LOSS_FALL} x the first tenth's; final validation "
     f"accuracy >= {VAL_SHARE} x the reference recipe's (median of its seeds "
     f"0-{REFERENCE_SEEDS - 1})"
+)
+
+#: A run waiting for data a third of its step time or more (as long as half its compute)
+#: is data-bound: the starved loader's mildest level waits 0.2 of its compute (a share of
+#: 0.17), its canonical one 5x (0.83); the family's loaders wait well under a tenth.
+DATA_BOUND = 1 / 3
+NOT_DATA_BOUND = (
+    f"data wait < {DATA_BOUND:.2f} of the step time (the Monitor's wait share: under half "
+    "the compute); held by every loader of the family, not a redraw criterion (wall clock)"
 )
 
 
@@ -82,6 +97,14 @@ def trace_verdict(trace: Trace, reference: float) -> str:
     val = float(trace.val_acc[-1]) if len(trace.val_acc) else math.nan
     if not val >= VAL_SHARE * reference:
         return f"validation accuracy {val:.3f} < {VAL_SHARE} x reference {reference:.3f}"
+    return ""
+
+
+def data_bound_verdict(trace: Trace) -> str:
+    """Why ``trace`` is data-bound by :data:`NOT_DATA_BOUND`, or "" when it is not."""
+    share = trace.wait_share
+    if share >= DATA_BOUND:
+        return f"data-bound: it waits {share:.2f} of its step time (bound {DATA_BOUND:.2f})"
     return ""
 
 
