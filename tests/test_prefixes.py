@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -114,9 +115,9 @@ def test_stored_answers_at_a_prefix_are_kept_apart_from_the_whole_runs(
 ) -> None:
     for prefix in (0.1, 1.0):
         evaluate("rules-v1", "digits", **GRID, prefix=prefix, store=shared_store_root, engine=pool)
-    files = {p.name for p in Store(shared_store_root).root.rglob("diagnoses/rules-v1/*.json")}
-    assert any(name.endswith("-every20-prefix0.1.json") for name in files)
-    assert any(name.endswith("-every20.json") for name in files)
+    tables = Store(shared_store_root).root.glob("answers/rules-v1/*/*.parquet")
+    kept = {(row["every"], row["prefix"]) for t in tables for row in pq.read_table(t).to_pylist()}
+    assert {(20, 0.1), (20, 1.0)} <= kept  # each answer under the share of the run it read
     with pytest.raises(FaultbenchError, match=re.escape("Unknown prefix '0.3'")):
         evaluate("rules-v1", "digits", **GRID, prefix=0.3, store=shared_store_root)
 

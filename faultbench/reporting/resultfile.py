@@ -30,6 +30,7 @@ import pandas as pd
 
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.fault import Condition, label_of
+from faultbench.scoring import answers as answer_tables
 from faultbench.scoring.evaluate import Report
 from faultbench.storage.files import write_atomic
 
@@ -81,6 +82,9 @@ class ResultFile:
     seconds: float  # wall time of the `faultbench score` that wrote it (a measurement)
     answers: pd.DataFrame = field(repr=False)  # one row per answer, in COLUMNS
     path: Path | None = None  # where it was read from
+    # Every answer that does not depend on the clock whole (evidence, confidence, the run's
+    # attempt), for <name>.answers.parquet: where a fresh clone finds them (None: not kept).
+    outcomes: list[dict[str, Any]] | None = field(default=None, repr=False)
 
     def header(self) -> dict[str, Any]:
         """The JSON header, without its checksum."""
@@ -180,9 +184,10 @@ def write(result: ResultFile, folder: Path) -> list[Path]:
         The two paths (written or kept).
     """
     head, answers = header_path(folder, result.diagnoser), folder / f"{result.diagnoser}.csv"
+    kept = _write_outcomes(result, folder)
     try:
         if read(head).same_answers(result):
-            return [head, answers]
+            return [head, answers, *kept]
     except FaultbenchError:  # none yet, or one to replace
         pass
     text = result.csv_text()
@@ -190,7 +195,22 @@ def write(result: ResultFile, folder: Path) -> list[Path]:
     header["checksum"] = _checksum(header, text)
     write_atomic(answers, text)
     write_atomic(head, json.dumps(header, indent=1, sort_keys=True) + "\n")
-    return [head, answers]
+    return [head, answers, *kept]
+
+
+def _write_outcomes(result: ResultFile, folder: Path) -> list[Path]:
+    """``<name>.answers.parquet``: the answers whole, sorted (the same answers, the same
+    bytes), left as it is when they are."""
+    if result.outcomes is None:
+        return []
+    path = folder / f"{result.diagnoser}{answer_tables.SUFFIX}"
+    rows = sorted(result.outcomes, key=lambda r: (r["key"], r["attempt"], r["every"], r["prefix"]))
+    try:
+        if answer_tables.read_rows(path) == rows:
+            return [path]
+    except (OSError, ValueError):
+        pass
+    return [answer_tables.export(rows, path)]
 
 
 def read(path: Path) -> ResultFile:

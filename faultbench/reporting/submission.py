@@ -19,7 +19,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -37,8 +37,9 @@ from faultbench.realbugs import all_cases, get_case
 from faultbench.realbugs.storage import RealBugSuite, spec_of
 from faultbench.reporting.ahead import planned
 from faultbench.reporting.resultfile import ResultFile, answers_frame, decode, rows_of
+from faultbench.scoring import answers
 from faultbench.scoring.board import REALBUGS, Board, Evaluation
-from faultbench.scoring.cache import STORED_STATUSES, code_for
+from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, code_for
 from faultbench.scoring.contract import Contract, contract_of
 from faultbench.scoring.diagnosis import (
     Diagnoser,
@@ -47,10 +48,11 @@ from faultbench.scoring.diagnosis import (
     ships_with_faultbench,
 )
 from faultbench.scoring.evaluate import Report, _Uncut, diagnoser_for, evaluate
+from faultbench.scoring.harness import Outcome
 from faultbench.scoring.plan import Plan
 from faultbench.scoring.suite import TaskSuite
 from faultbench.scoring.worker import DiagnosisWorker, wants_worker
-from faultbench.storage.records import RunSpec, loads
+from faultbench.storage.records import RunSpec
 from faultbench.storage.store import Store
 from faultbench.tasks.task import Task, get_task
 from faultbench.training.engine import Engine
@@ -140,8 +142,38 @@ def score(
         software=software(),
         seconds=time.perf_counter() - start,
         answers=answers_frame(rows),
+        outcomes=_outcomes(reports, code_of(diag)) if stores_answers(diagnoser, diag) else None,
     )
     return result, reports
+
+
+def stores_answers(asked: str, diag: Diagnoser) -> bool:
+    """Whether ``diag``'s answers are stored (a shipped diagnoser asked for by its name):
+    its result file then exports them whole, for a fresh clone."""
+    return ":" not in asked and ships_with_faultbench(diag)
+
+
+def _outcomes(reports: Sequence[Report], code: str) -> list[dict[str, Any]]:
+    """Every answer of ``reports`` that does not depend on the clock, whole."""
+    return [
+        answers.row_of(
+            (r.key, r.attempt, report.every, report.prefix),
+            Outcome(
+                r.status,
+                r.predicted,
+                r.confidence,
+                r.evidence,
+                r.message,
+                r.probe_steps,
+                r.diagnose_seconds,
+                r.also,
+            ),
+            code,
+        )
+        for report in reports
+        for r in report.results
+        if r.status in STORED_STATUSES and r.attempt
+    ]
 
 
 @contextlib.contextmanager
@@ -351,11 +383,24 @@ def _records(part: pd.DataFrame, contract: Contract, store: Store) -> Iterator[t
         yield row, record
 
 
+def _codes(store: Store, diagnoser: str) -> list[str]:
+    """The codes ``diagnoser``'s answers are stored under in ``store``, newest first, and its
+    installed code's (the answers exported beside the runs dataset are under it)."""
+    folder = store.root / answers.FOLDER / diagnoser
+    found = sorted(folder.glob("*/"), key=lambda p: p.stat().st_mtime, reverse=True)
+    try:
+        installed = [code_for(get_diagnoser(diagnoser))]
+    except FaultbenchError:
+        installed = []
+    return list(dict.fromkeys([*installed, *(p.name for p in found)]))
+
+
 def evidence_from(store: Store) -> Any:
     """``(diagnoser, row) -> str``: the evidence of an answer, read from ``store``'s stored
     answer (:mod:`faultbench.scoring.cache`), or '' where it holds none (a diagnoser that
     does not ship with faultbench, another store)."""
     contracts: dict[str, Contract] = {}
+    codes: dict[str, list[str]] = {}
 
     def find(diagnoser: str, row: Any) -> str:
         try:
@@ -363,14 +408,16 @@ def evidence_from(store: Store) -> Any:
             spec = spec_of_row(row, contract)
         except (FaultbenchError, ValueError):
             return ""
-        folder = store.spec_dir(spec) / str(row.key) / "diagnoses" / diagnoser
-        cut = "" if float(row.prefix) == 1.0 else f"-prefix{float(row.prefix):g}"
-        for path in sorted(folder.glob(f"*-every{int(row.every)}{cut}.json")):
-            try:
-                found = loads(path.read_text()).get("evidence", {})
-            except (OSError, ValueError):
-                continue
-            return json.dumps(found, sort_keys=True, default=str)
+        record = store.load(spec, note=False, copy=False)
+        if record is None or record.key != row.key:
+            return ""
+        if diagnoser not in codes:
+            codes[diagnoser] = _codes(store, diagnoser)
+        for code in codes[diagnoser]:
+            cache = DiagnosisCache(store, diagnoser, code, int(row.every), float(row.prefix))
+            outcome = cache.load(record)
+            if outcome is not None:
+                return json.dumps(outcome.evidence, sort_keys=True, default=str)
         return ""
 
     return find

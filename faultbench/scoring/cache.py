@@ -19,15 +19,12 @@ Only answers that do not depend on the clock are stored (``ok`` and
 answer took are the ones measured when it ran, a wall-clock measurement like
 every other.
 
-Layout, beside the record's attempts (which the store's globs never descend into)::
-
-    <run key folder>/diagnoses/<diagnoser>/<code>-<attempt>-every<k>[-prefix<p>].json
-
-(``k``: the sampling the trace was read at, ``p``: the share of the run it was cut at,
-below 1; :func:`faultbench.scoring.harness.run_for`).
-
-Files are written whole or not at all (a temporary name, then a rename); a
-store that cannot be written (read-only) is read from and nothing is stored.
+The answers live in one Parquet table per diagnoser and code, keyed by the run's key and
+attempt, the sampling its trace was read at and the share of it read
+(:mod:`faultbench.scoring.answers`: ``<root>/answers/<diagnoser>/<code>/``, written in
+segments, atomically); a store that cannot be written (read-only) is read from and nothing
+is stored. A store standing on the shipped runs dataset also reads the answers exported
+beside it (``results/diagnosers/<name>.answers.parquet``), made on those very runs.
 """
 
 from __future__ import annotations
@@ -37,18 +34,15 @@ import hashlib
 import importlib
 import importlib.util
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from faultbench.core.codetext import code_text
+from faultbench.scoring import answers
 from faultbench.scoring.harness import Outcome
-from faultbench.storage.files import write_atomic
-from faultbench.storage.records import RunRecord, RunSpec, dumps, loads
+from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.store import Store
 
 STORED_STATUSES = ("ok", "error")  # outcomes that do not depend on the clock
@@ -86,6 +80,7 @@ NOT_DIAGNOSIS = (
     "scoring/summary.py",
     "scoring/manifest.py",
     "scoring/cache.py",
+    "scoring/answers.py",
 )
 
 
@@ -225,32 +220,34 @@ def diagnosis_code(module: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class DiagnosisCache:
-    """Where one diagnoser's stored answers are read and written."""
+    """Where one diagnoser's stored answers are read and written: its answer table under
+    its code in the store (:mod:`faultbench.scoring.answers`), and the table exported
+    beside the runs dataset the store stands on (a fresh clone's answers)."""
 
     store: Store
     diagnoser: str  # the registered name
-    code: str  # diagnosis_code()
+    code: str  # code_for(the diagnoser)
     every: int  # the sampling the traces were read at
     prefix: float = 1.0  # the share of each run's steps it was cut at (1.0: whole)
 
-    def path(self, record: RunRecord) -> Path:
-        """The file that holds (or would hold) the answer on ``record``."""
-        folder = self.store.spec_dir(record.spec) / record.key / "diagnoses" / self.diagnoser
-        cut = "" if self.prefix == 1.0 else f"-prefix{self.prefix:g}"
-        return folder / f"{self.code}-{record.attempt}-every{self.every}{cut}.json"
+    @property
+    def table(self) -> answers.AnswerTable:
+        """The answer table (opened once per process)."""
+        folder = self.store.root / answers.FOLDER / self.diagnoser / self.code
+        return answers.table(folder, self.code, shipped_answers(self.store, self.diagnoser))
+
+    def _index(self, record: RunRecord) -> answers.Index:
+        return (record.key, record.attempt, self.every, self.prefix)
 
     def load(self, record: RunRecord) -> Outcome | None:
-        """The stored answer on ``record``, or None (none stored, or unreadable)."""
-        path = self.path(record)
-        try:
-            stat = path.stat()
-            seen = (path, stat.st_size, stat.st_mtime_ns)
-            if seen not in _READ:
-                data = loads(path.read_text())
-                _READ[seen] = Outcome(**{**data, "also": tuple(data["also"])})
-        except (OSError, ValueError, TypeError, KeyError):
+        """The stored answer on ``record``, or None (none stored)."""
+        row = self.table.get(self._index(record))
+        if row is None:
             return None
-        return _READ[seen]
+        outcome = row.get("_outcome")
+        if outcome is None:  # built once: a report asks for each answer twice
+            outcome = row["_outcome"] = Outcome(**answers.outcome_fields(row))
+        return outcome
 
     def answers_all(self, specs: Iterable[RunSpec]) -> bool:
         """Whether every run of ``specs`` is stored and has a stored answer: then asking
@@ -263,30 +260,17 @@ class DiagnosisCache:
         return True
 
     def save(self, record: RunRecord, outcome: Outcome) -> None:
-        """Store ``outcome`` if it does not depend on the clock and the store can be written."""
+        """Keep ``outcome`` if it does not depend on the clock (written with the next
+        segment: :func:`faultbench.scoring.answers.flush_all`)."""
         if outcome.status not in STORED_STATUSES or not record.attempt:
             return
-        try:  # a read-only store: answers are simply not kept
-            write_atomic(self.path(record), dumps(_plain(asdict(outcome))))
-        except OSError:
-            return
+        self.table.put(answers.row_of(self._index(record), outcome, self.code))
 
 
-#: Answers read in this process, by file (path, size, change time): a report asks for
-#: each one twice (is everything answered, then the answer).
-_READ: dict[tuple[Path, int, int], Outcome] = {}
-
-
-def _plain(obj: Any) -> Any:
-    """``obj`` with numpy values as Python ones and anything else JSON cannot hold as text."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _plain(obj.tolist())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return repr(obj)
+def shipped_answers(store: Store, diagnoser: str) -> Path | None:
+    """The answer table exported beside the runs dataset ``store`` stands on
+    (``results/diagnosers/<name>.answers.parquet`` beside ``results/runs/``), if any."""
+    if store.runs is None:
+        return None
+    path = store.runs.folder.parent / "diagnosers" / f"{diagnoser}{answers.SUFFIX}"
+    return path if path.exists() else None

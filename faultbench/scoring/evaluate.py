@@ -22,7 +22,7 @@ from faultbench.faults.fault import (
     label_of,
 )
 from faultbench.faults.grid import check_selection
-from faultbench.scoring import scores, summary
+from faultbench.scoring import answers, scores, summary
 from faultbench.scoring.cache import STORED_STATUSES, DiagnosisCache, code_for
 from faultbench.scoring.contract import contract_of
 from faultbench.scoring.diagnosis import (
@@ -84,6 +84,7 @@ class RunResult:
     level: str = ""  # mild, moderate, severe, canonical or fixed ('' for healthy)
     design: dict[str, Any] = field(default_factory=dict)  # the drawn base's axes ({}: reference)
     key: str = ""  # the run's store key (RunSpec.key): which run was answered
+    attempt: str = ""  # the attempt of that run the answer was made on
     label: str = ""  # the right answer as the suite says it ('': from the condition)
     spec: RunSpec | None = None  # the run answered (its condition, seed, design, instruments)
 
@@ -536,6 +537,7 @@ def evaluate(
         results = _with_manifestation(results, [record for _, record in scored], healthy)
     order = {name: i for i, name in enumerate(condition_names())}
     results.sort(key=lambda r: (order.get(r.condition, len(order)), r.condition, r.seed))
+    answers.flush_all()  # this evaluation's answers, written for the next process to read
     return Report(
         diagnoser=diag.name,
         task=suite.name,
@@ -668,6 +670,7 @@ def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResul
         status="run-failed",
         severity=severity,
         key=record.key,
+        attempt=record.attempt,
         train_seconds=record.seconds,
         message=record.error,
     )
