@@ -131,8 +131,65 @@ def no_grad_share(run: Run) -> dict[str, float]:
 
 
 def hidden_widths(run: Run) -> tuple[int, ...]:
-    """Widths of the layers between input and output."""
+    """Widths of the layers between input and output (a convolution's: its channels)."""
     return tuple(run.config.layer_widths[1:-1])
+
+
+def carried_widths(run: Run) -> tuple[int, ...]:
+    """What each hidden layer passes on: how many of its values one unit of the next layer
+    reads. A dense layer's width, where a dense layer reads it; a feature map's channels
+    times the values per channel its reader takes in (the positions a dense layer reads
+    flattened, a convolution's kernel area). A convolution's channels are features per
+    position, not a bottleneck of width: four channels over 36 positions carry 144 values.
+
+    Read off the recorded widths and each layer's weight count (a layer reading F values
+    per unit of ``a`` units into ``b`` holds ``F * a * b`` weights, plus ``b`` biases);
+    where no count fits, the recorded width."""
+    widths = run.config.layer_widths
+    reads = per_unit_reads(widths, list(run.trace.weight_count.values()))
+    return tuple(w * max(1, reads[k]) for k, w in enumerate(widths[1:-1], start=1))
+
+
+def feature_maps(run: Run) -> tuple[int, ...]:
+    """The channels of each hidden layer whose next layer reads several of its values per
+    unit (a feature map: a convolution's output), in order."""
+    widths = run.config.layer_widths
+    reads = per_unit_reads(widths, list(run.trace.weight_count.values()))
+    return tuple(w for k, w in enumerate(widths[1:-1], start=1) if reads[k] > 1)
+
+
+def per_unit_reads(widths: tuple[int, ...], counts: list[int]) -> list[int]:
+    """For each layer ``k`` of ``widths`` (the first layer's input, then each layer's
+    output): how many values per unit of layer ``k`` the next layer reads (1 for a dense
+    layer; 0 for the last, or where no weight count fits). The counts are matched to the
+    layers in order; a normalization's count (one or two per unit of the layer before) is
+    passed over where a later count fits."""
+    found, start = [0] * len(widths), 0
+    for k in range(1, len(widths)):
+        fit = _fitting(widths[k - 1], widths[k], counts, start)
+        if fit is not None:
+            found[k - 1], start = fit[0], fit[1] + 1
+    return found
+
+
+def _fitting(before: int, out: int, counts: list[int], start: int) -> tuple[int, int] | None:
+    """(values read per unit of ``before``, index) of the first count from ``start`` that a
+    layer of ``out`` units reading ``before`` units can hold, a normalization's last."""
+    fits = [(i, _per_unit(c, before, out)) for i, c in enumerate(counts) if i >= start]
+    fits = [(i, factor) for i, factor in fits if factor]
+    plain = [(i, factor) for i, factor in fits if counts[i] not in (before, 2 * before)]
+    for i, factor in plain or fits:
+        return factor, i
+    return None
+
+
+def _per_unit(count: int, before: int, out: int) -> int:
+    """The values per unit of ``before`` a layer of ``count`` weights into ``out`` reads, or
+    0 where none does (biases first: ``out`` of them, or none)."""
+    for weights in (count - out, count):
+        if before > 0 and out > 0 and weights > 0 and weights % (before * out) == 0:
+            return weights // (before * out)
+    return 0
 
 
 def total_grad_norm(run: Run) -> np.ndarray:

@@ -11,10 +11,12 @@ alarm implies is tried for a few probe steps and measured against the untreated 
   run as it went (its recorded losses over the same steps);
 - ``frozen_layer``: the replica with every parameter trainable and in the optimizer: do
   the layers that never moved move now?
-- ``too_small_model``: the model's narrowest hidden layer widened to twice the classes,
-  against as built, on the memorization probe and, where that does not settle it, on a
-  replica of the loop; where the probe can build one (a linear layer followed, through
-  parameter-free modules, by the linear layer that reads it);
+- ``too_small_model``: every hidden layer narrower than twice the classes widened to that
+  (a linear layer's features, a convolution's channels), against as built, on the
+  memorization probe and, where that does not settle it, on a replica of the loop; where
+  the probe can build it (a layer read, through normalizations and parameter-free
+  modules, by a linear layer or convolution of the same ``nn.Sequential``: every model
+  of the registry's layers but a transformer's);
 - ``softmax_before_loss``: the memorization probe with the model's outputs turned back
   into logits (log-probabilities for classes, log-odds for labels).
 
@@ -39,6 +41,7 @@ from torch import nn
 
 from faultbench.diagnosers import _features as f
 from faultbench.faults.recipe import rows
+from faultbench.scoring.memorize import EXAMPLES as MEMORIZED_EXAMPLES
 from faultbench.scoring.memorize import MEMORIZED, Memorization, memorize
 from faultbench.scoring.run import Probe, Run
 from faultbench.training.layers import direct_parameters
@@ -53,6 +56,7 @@ WIDER = 2  # a widened layer: this many times the classes it must separate
 WIDER_STEPS = 150  # steps each replica of a widening trains: a bottleneck shows late
 CONSTANT = 1e-6  # a feature whose spread is below this share of its size is constant
 TINY = 1e-12  # the smallest probability a treated output is read at (log of 0)
+ROWS_SUM = 1e-4  # a softmax's rows sum to 1 up to float rounding
 
 
 @dataclass(frozen=True)
@@ -204,16 +208,17 @@ def unfrozen(run: Run, evidence: Mapping[str, Any]) -> Treatment | None:
 
 
 def wider(run: Run, evidence: Mapping[str, Any]) -> Treatment | None:
-    """too_small_model: the model with its narrowest hidden layer widened, against as built,
-    on the two measures of what a model can fit: the memorization probe (a handful of
-    examples), and, where that does not settle it, a replica of the loop
+    """too_small_model: the model with every hidden layer narrower than twice the classes
+    widened to that (a linear layer's features, a convolution's channels: :func:`_widened`),
+    against as built, on the two measures of what a model can fit: the memorization probe
+    (a handful of examples), and, where that does not settle it, a replica of the loop
     (:data:`WIDER_STEPS` steps each: a bottleneck that a handful of examples squeeze
     through shows on the task's batches once the easy part is learned)."""
     probe = _probe(run)
     width = WIDER * max(2, int(run.config.n_classes))
-    if _widened(_fresh(probe), width) is None:
+    if not _widenable(probe, width):
         return None
-    fix = f"the narrowest hidden layer widened to {width}"
+    fix = f"every hidden layer (a convolution's channels) narrower than {width} widened to it"
     base = _base_ratio(probe, evidence)
     treated = _memorized(probe, model=lambda: _rebuilt(probe, width))
     if _memo_helps(base, treated.ratio):
@@ -407,8 +412,10 @@ def _memorized(
 
 
 def _memo_helps(base: float, treated: float) -> bool:
-    """The treated model memorizes where the untreated did not, or gets much closer."""
-    return treated <= MEMORIZED < base or _helps(base, treated)
+    """The untreated model did not memorize, and the treated one does or gets much closer.
+    Where the untreated one memorized, the probe has nothing to show: it stops where the
+    loss crosses :data:`MEMORIZED`, so a lower ratio is one step's overshoot, not a fix."""
+    return base > MEMORIZED and (treated <= MEMORIZED or _helps(base, treated))
 
 
 def _base_ratio(probe: Probe, evidence: Mapping[str, Any]) -> float:
@@ -428,31 +435,147 @@ def _log_odds(out: torch.Tensor) -> torch.Tensor:
 
 
 def _widened(model: nn.Module, width: int) -> nn.Module | None:
-    """``model`` with the narrowest hidden linear layer narrower than ``width`` widened to
-    it (and the linear layer that reads it), where a ``nn.Sequential`` holds both with only
-    parameter-free modules between; None where the probe cannot build one."""
-    best: tuple[int, nn.Sequential, int, int] | None = None
-    for module in model.modules():
-        if not isinstance(module, nn.Sequential):
-            continue
-        children = list(module)
-        for i, first in enumerate(children):
-            if not isinstance(first, nn.Linear) or first.out_features >= width:
-                continue
-            j = next((k for k in range(i + 1, len(children)) if _has_params(children[k])), None)
-            if j is None or not isinstance(children[j], nn.Linear):
-                continue
-            if best is None or first.out_features < best[0]:
-                best = (first.out_features, module, i, j)
-    if best is None:
+    """``model`` with every hidden layer narrower than ``width`` widened to it: a linear
+    layer's features, a convolution's channels, with the normalizations that follow and
+    the layer that reads it rebuilt to match (a linear layer reading a flattened map reads
+    as many positions of each new channel). Only layers whose reader is in the same
+    ``nn.Sequential`` are widened (the registry's models: MLPs, CNNs, the recurrent and
+    tabular nets' dense layers); None where no layer can be."""
+    widened = False
+    for module in list(model.modules()):
+        if isinstance(module, nn.Sequential):
+            widened = _widen_sequence(module, width) or widened
+    return model if widened else None
+
+
+def _widen_sequence(seq: nn.Sequential, width: int) -> bool:
+    """Widen, in place, the layers of ``seq`` narrower than ``width`` that a later layer of
+    ``seq`` reads (its last mixing layer's output leaves it: never widened); whether any
+    was. Where a widened layer's output reaches a layer it cannot be carried through (a
+    recurrent cell, a user's module), ``seq`` is left as it was."""
+    mixing = [name for name, m in seq.named_children() if isinstance(m, MIXING)]
+    torch.manual_seed(0)  # the new layers' weights: the same whatever ran before
+    replaced: dict[str, nn.Module] = {}
+    units = (0, 0)  # what the last mixing layer put out: as built, and widened
+    for name, module in seq.named_children():
+        if isinstance(module, MIXING):
+            into = _reads(module, *units)
+            out = _units_out(module)
+            wide = width if name != mixing[-1] and out < width else out
+            if into is None:
+                return False
+            if into != _units_in(module) or wide != out:
+                replaced[name] = _layer_like(module, into, wide)
+            units = (out, wide)
+        elif isinstance(module, NORMS) and units[0] != units[1]:
+            norm = _norm_like(module, *units)
+            if norm is None:
+                return False
+            replaced[name] = norm
+        elif _has_params(module):
+            if units[0] != units[1]:
+                return False
+            units = (0, 0)
+    for name, module in replaced.items():
+        setattr(seq, name, module)
+    return bool(replaced)
+
+
+#: The layers a widening rebuilds: those that mix features, and the normalizations after.
+MIXING = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.LayerNorm, nn.GroupNorm)
+
+
+def _units_in(layer: nn.Module) -> int:
+    if isinstance(layer, nn.Linear):
+        return layer.in_features
+    assert isinstance(layer, (nn.Conv1d, nn.Conv2d, nn.Conv3d))
+    return layer.in_channels
+
+
+def _units_out(layer: nn.Module) -> int:
+    if isinstance(layer, nn.Linear):
+        return layer.out_features
+    assert isinstance(layer, (nn.Conv1d, nn.Conv2d, nn.Conv3d))
+    return layer.out_channels
+
+
+def _reads(layer: nn.Module, before: int, after: int) -> int | None:
+    """What ``layer`` reads once the layer before it puts out ``after`` units instead of
+    ``before``: as many values per unit (a flattened map's positions) for a linear layer,
+    the channels for an ungrouped convolution; None where that cannot be."""
+    into = _units_in(layer)
+    if before == after:
+        return into
+    if isinstance(layer, nn.Linear):
+        return into // before * after if into % before == 0 else None
+    return after if into == before and int(getattr(layer, "groups", 1)) == 1 else None
+
+
+def _layer_like(layer: nn.Module, into: int, out: int) -> nn.Module:
+    bias = layer.bias is not None
+    if isinstance(layer, nn.Linear):
+        return nn.Linear(into, out, bias=bias)
+    assert isinstance(layer, (nn.Conv1d, nn.Conv2d, nn.Conv3d))
+    convolution: Any = type(layer)  # its own class: the kernel's dimensions match
+    built: nn.Module = convolution(
+        into,
+        out,
+        layer.kernel_size,
+        stride=layer.stride,
+        padding=layer.padding,
+        dilation=layer.dilation,
+        bias=bias,
+        padding_mode=layer.padding_mode,
+    )
+    return built
+
+
+def _norm_like(norm: nn.Module, before: int, after: int) -> nn.Module | None:
+    """``norm`` over ``after`` units instead of ``before``; None where it normalizes
+    something else, or its groups do not divide the new units."""
+    if isinstance(norm, nn.LayerNorm):
+        if tuple(norm.normalized_shape) != (before,):
+            return None
+        return nn.LayerNorm(after, eps=norm.eps, elementwise_affine=norm.elementwise_affine)
+    if isinstance(norm, nn.GroupNorm):
+        if norm.num_channels != before or after % norm.num_groups:
+            return None
+        return nn.GroupNorm(norm.num_groups, after, eps=norm.eps, affine=norm.affine)
+    assert isinstance(norm, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d))
+    if norm.num_features != before:
         return None
-    _, seq, i, j = best
-    first, second = seq[i], seq[j]
-    assert isinstance(first, nn.Linear) and isinstance(second, nn.Linear)
-    torch.manual_seed(0)
-    seq[i] = nn.Linear(first.in_features, width, bias=first.bias is not None)
-    seq[j] = nn.Linear(width, second.out_features, bias=second.bias is not None)
-    return model
+    return type(norm)(after, eps=norm.eps, momentum=norm.momentum, affine=norm.affine)
+
+
+def _widenable(probe: Probe, width: int) -> bool:
+    """Whether the probe's model has a layer :func:`_widened` widens, and runs once it is."""
+    model = _widened(_fresh(probe), width)
+    if model is None:
+        return False
+    X, _ = probe.train_data(2)
+    try:
+        with torch.no_grad():
+            probe.forward(model, X)
+    except RuntimeError:  # a widened layer's reader the walk could not see (a user's forward)
+        return False
+    return True
+
+
+def hands_probabilities(run: Run) -> bool:
+    """Whether the run's model, as built, puts out probabilities where the kind's loss takes
+    logits: on the memorization probe's examples every output lies in [0, 1], and for
+    classes each row sums to 1 (a softmax), for labels (binary, multilabel) any row does
+    (a sigmoid). False without a probe, and for a kind whose loss takes values."""
+    labels = run.config.kind in ("binary", "multilabel")
+    if run.probe is None or not (labels or f.is_classes(run)):
+        return False
+    X, _ = run.probe.train_data(min(run.probe.examples, MEMORIZED_EXAMPLES))
+    with torch.no_grad():
+        out = run.probe.forward(_fresh(run.probe), X).double()
+    if not bool(((out >= 0) & (out <= 1)).all()):
+        return False
+    return labels or bool(((out.sum(-1) - 1).abs() <= ROWS_SUM).all())
 
 
 def _rebuilt(probe: Probe, width: int) -> nn.Module:

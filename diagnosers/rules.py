@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from faultbench.diagnosers import _features as f
-from faultbench.diagnosers._treatment import TREATMENTS, Treatment, treat
+from faultbench.diagnosers._treatment import TREATMENTS, Treatment, hands_probabilities, treat
 from faultbench.scoring.budget import Reading, Statistic, judge
 from faultbench.scoring.diagnosis import DIAGNOSERS, UNDECIDED, Diagnosis, finite_or_none
 from faultbench.scoring.memorize import RATES, memorize
@@ -78,6 +78,9 @@ class Finding:
     fired: bool  # whether the rule's signature is present
     evidence: dict[str, Any] = field(default_factory=dict)  # the numbers it compared
     readings: tuple[Reading, ...] = ()  # its statistics against the healthy runs
+    # Whether the alarm may stand on its statistic where its fix cannot be tried (False: a
+    # suspicion only, raised once its treatment measurably helps)
+    alone: bool = True
 
 
 def _found(reading: Reading, **numbers: Any) -> Finding:
@@ -122,13 +125,32 @@ def unmoved_layers(run: Run) -> list[str]:
 
 
 def narrowness(run: Run) -> float:
-    """A classifier's class count (a sequence model's :data:`MIN_SEQUENCE_WIDTH`) minus its
-    narrowest hidden layer's width (> 0: narrower); NaN for a kind without classes."""
+    """A classifier's class count (a sequence model's :data:`MIN_SEQUENCE_WIDTH`) minus the
+    fewest values a hidden layer passes on (> 0: fewer): a dense layer's width, a feature
+    map's channels times what its reader takes of each
+    (:func:`~faultbench.diagnosers._features.carried_widths`): the logits are a function
+    of them, so fewer values than classes cannot score every class apart. NaN for a kind
+    without classes."""
     if not f.is_classes(run):
         return math.nan
-    widths = f.hidden_widths(run)
-    bound = MIN_SEQUENCE_WIDTH if f.is_sequence(run) else f.n_classes(run)
-    return float(bound - min(widths)) if widths else -math.inf
+    widths = f.carried_widths(run)
+    return float(_width_needed(run) - min(widths)) if widths else -math.inf
+
+
+def few_channels(run: Run) -> float:
+    """A classifier's class count minus the fewest channels of a feature map (a
+    convolution's output) that carries enough values (> 0: fewer channels than classes);
+    -inf without one, NaN for a kind without classes. Channels are the kinds of feature
+    a map detects at each position: fewer than the classes is a suspicion, not a bound
+    (a healthy CNN often has fewer), so its alarm waits for the widening to help."""
+    if not f.is_classes(run):
+        return math.nan
+    channels = f.feature_maps(run)
+    return float(_width_needed(run) - min(channels)) if channels else -math.inf
+
+
+def _width_needed(run: Run) -> int:
+    return MIN_SEQUENCE_WIDTH if f.is_sequence(run) else f.n_classes(run)
 
 
 def labels_at_chance(run: Run) -> float:
@@ -216,7 +238,9 @@ NO_GRAD = _stat(
     "largest share of a layer's weights never given a gradient",
     strict=True,
 )
-NARROW = _stat("narrowness", narrowness, 1, "classes - narrowest hidden width", per_kind=True)
+NARROW = _stat(
+    "narrowness", narrowness, 1, "classes - fewest values a hidden layer passes on", per_kind=True
+)
 LABELS = _stat("labels_at_chance", labels_at_chance, 0.0, "chance - val score", per_kind=True)
 ACCUMULATES = _stat(
     "accumulation", accumulation, 1 / JITTER_DROP, "fall of the step noise", strict=True
@@ -309,14 +333,25 @@ def no_gradient(run: Run) -> Finding:
 
 
 def narrow_layer(run: Run) -> Finding:
-    """too_small_model: a hidden layer narrower than the classes it must separate (a sequence
-    model's narrower than :data:`MIN_SEQUENCE_WIDTH`: its vocabulary is no bound). A model of
-    another kind has no classes to separate: its outputs are no bound on a hidden layer (an
-    autoencoder's code is narrower than its output by design), so the rule stays silent and
-    the memorization probe judges its capacity."""
-    return _found(
-        judge(NARROW, run), hidden_widths=list(f.hidden_widths(run)), n_classes=f.n_classes(run)
-    )
+    """too_small_model: a hidden layer passes on fewer values than the classes it must
+    separate (a sequence model's fewer than :data:`MIN_SEQUENCE_WIDTH`: its vocabulary is no
+    bound), or, a suspicion its treatment must confirm, a convolution has fewer channels
+    than the classes (:func:`few_channels`). A model of another kind has no classes to
+    separate: its outputs are no bound on a hidden layer (an autoencoder's code is narrower
+    than its output by design), so the rule stays silent and the memorization probe judges
+    its capacity."""
+    reading = judge(NARROW, run)
+    numbers = {
+        "hidden_widths": list(f.hidden_widths(run)),
+        "carried_widths": list(f.carried_widths(run)),
+        "n_classes": f.n_classes(run),
+    }
+    if reading.fired:
+        return _found(reading, **numbers)
+    channels = few_channels(run)
+    suspected = channels >= 1
+    numbers["feature_map_channels"] = list(f.feature_maps(run))
+    return Finding(suspected, {**numbers, "check": reading.evidence()}, (reading,), not suspected)
 
 
 def labels_disagree(run: Run) -> Finding:
@@ -542,10 +577,15 @@ class RulesDiagnoser:
             "ratio": memo.ratio,
             "check": reading.evidence(),
         }
-        label = probe_verdict(run, not reading.fired, shaky.fired, floor.fired)
+        probabilities = reading.fired and hands_probabilities(run)  # failed: is it the output?
+        evidence["memorization"]["hands_probabilities"] = probabilities
+        label = probe_verdict(run, not reading.fired, shaky.fired, floor.fired or probabilities)
         if label in ("lr_too_high", "softmax_before_loss", "too_small_model"):
             memorized = evidence["memorization"]
-            held = _confirmed(label, run, Finding(True, memorized), memorized)
+            # A model that cannot memorize is too small only if widening it helps: where the
+            # probe cannot widen it, the failure is no evidence of its width.
+            alone = label != "too_small_model"
+            held = _confirmed(label, run, Finding(True, memorized, alone=alone), memorized)
             label = label if held else _failed_label(run)
         return _answer(label, "memorization", evidence)
 
@@ -574,9 +614,9 @@ def early_rules(run: Run) -> tuple[tuple[str, Callable[[Run], Finding]], ...]:
 
 
 def _confirmed(label: str, run: Run, finding: Finding, evidence: dict[str, Any]) -> bool:
-    """Whether the alarm ``label`` stands: no probe or no treatment for it (raised on its
-    statistic alone), or its treatment measurably helped; the treatment goes into
-    ``evidence`` either way."""
+    """Whether the alarm ``label`` stands: its treatment measurably helped, or none could be
+    tried (no probe, no treatment for it, a fix the probe cannot build) and the finding may
+    stand on its statistic alone; the treatment goes into ``evidence`` either way."""
     tried: Treatment | None = treat(label, run, finding.evidence)
     if tried is not None:
         evidence["treatment"] = tried.evidence()
@@ -588,8 +628,9 @@ def _confirmed(label: str, run: Run, finding: Finding, evidence: dict[str, Any])
         if label not in TREATMENTS
         else "the probe cannot try its fix on this model"
     )
-    evidence["treatment"] = {"said": f"{why}: raised on its statistic alone"}
-    return True
+    said = "raised on its statistic alone" if finding.alone else "a suspicion only, not raised"
+    evidence["treatment"] = {"said": f"{why}: {said}"}
+    return finding.alone
 
 
 def _answer(label: str, decided_by: str, evidence: dict[str, Any]) -> Diagnosis:
