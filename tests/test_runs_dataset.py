@@ -154,3 +154,30 @@ def test_the_schema_pages_pandas_lines_read_it(trained: Path, dataset: Path):
     loss = traces[(traces.series == "loss")].set_index("key")["values"]
     assert set(runs.task.astype(str)) == {TASK} and len(runs) == len(_records(trained))
     assert sorted(loss.index) == sorted(runs.key)
+
+
+def test_a_fresh_clone_finds_the_answers_exported_beside_the_runs(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from faultbench.diagnosers.rules import RulesDiagnoser
+    from faultbench.reporting import resultfile
+
+    results = tmp_path / "results"
+    board = ["--task", TASK, "--seeds", "1", "--grids", "classic", "--cases", "none"]
+    made = [*board, "--store", str(trained), "--runs", "none", "--results", str(results)]
+    assert cli(["score", "--diagnoser", "rules", *made]) == 0
+    assert (results / "diagnosers" / "rules.answers.parquet").exists()
+    assert cli(["runs", "export", "--store", str(trained), "--runs", "none",
+                "--out", str(results / "runs")]) == 0  # fmt: skip
+    first = resultfile.read(results / "diagnosers" / "rules.json").answers
+
+    def refuse(self: object, run: object) -> object:
+        raise AssertionError("diagnosed a run whose answer ships")
+
+    monkeypatch.setattr(RulesDiagnoser, "diagnose", refuse)
+    fresh = [*board, "--store", str(tmp_path / "empty"), "--runs", str(results / "runs")]
+    assert cli(["score", "--diagnoser", "rules", *fresh, "--results", str(results)]) == 0
+    again = resultfile.read(results / "diagnosers" / "rules.json").answers
+    assert set(again["status"]) == {"ok"}
+    kept = ["key", "every", "predicted", "also", "status", "probe_steps"]
+    assert again[kept].equals(first[kept])

@@ -142,6 +142,9 @@ def main(args: argparse.Namespace) -> int:
         )
     finally:
         engine.close()
+    from faultbench.scoring import answers
+
+    answers.compact(store.root / answers.FOLDER)  # the workers' segments, one file each
     for note in dict.fromkeys(store.notes):  # each evaluation reloads the grid: say it once
         print(f"faultbench: note: {note}", file=sys.stderr)
     if bits := other_bits_note():
