@@ -29,6 +29,7 @@ from faultbench.faults.fault import (
     variant_ids,
 )
 from faultbench.scoring.manifest import manifestation
+from faultbench.storage.bases import DATA_BOUND
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -124,6 +125,13 @@ def _slow_dataset(t: Trace, h: Trace, c: RunConfig) -> None:
     assert abs(t.val_acc[-1] - h.val_acc[-1]) < 0.03
 
 
+def _one_worker(t: Trace, h: Trace, c: RunConfig) -> None:
+    # Its wait is what handing a batch over costs, not a multiple: data-bound on digits'
+    # sub-millisecond step, whatever the machine, and the healthy run's accuracy.
+    assert t.wait_share >= DATA_BOUND > h.wait_share
+    assert abs(t.val_acc[-1] - h.val_acc[-1]) < 0.03
+
+
 def _bottleneck(t: Trace, h: Trace, c: RunConfig) -> None:
     assert min(c.layer_widths) == 2 and len(c.layer_widths) == 5
     assert t.val_acc[-1] < h.val_acc[-1] - 0.1
@@ -203,6 +211,7 @@ SIGNATURES: dict[str, Callable[[Trace, Trace, RunConfig], None]] = {
     "lr_too_high.sgd_momentum": _sgd_momentum,
     "dead_units.negative_init": _negative_init,
     "starved_loader.slow_dataset": _slow_dataset,
+    "starved_loader.one_worker": _one_worker,
     "too_small_model.bottleneck": _bottleneck,
     "too_small_model.one_channel": _one_channel,
     "label_mismatch.two_encoders": _two_encoders,

@@ -5,20 +5,21 @@ A design's ``loader`` (:data:`faultbench.tasks.design.LOADERS`) names it:
 - ``tensors``: ready tensors indexed by a shuffled permutation (:class:`BatchStream`), the
   benchmark's original loader, and the reference designs' (a loader costs nothing);
 - ``dataloader``: a torch ``DataLoader`` over a ``TensorDataset`` whose sampler draws a
-  batch's indices at once (``BatchSampler``, ``batch_size=None``), so the dataset is indexed
-  once a batch: the fast way to load in-memory tensors;
+  batch's indices as one tensor (:class:`ShuffledBatches`, ``batch_size=None``), so each
+  tensor is indexed once a batch: the fast way to load in-memory tensors;
 - ``dataset``: a ``Dataset`` that turns the rows it is asked for into tensors
   (``__getitems__``: a batch's rows at once) and a ``collate_fn`` that passes them on;
-- ``workers``: a ``Dataset`` whose ``__getitem__`` turns one row into tensors (per-item
-  work) and a ``collate_fn`` that stacks them, behind one persistent worker process that
-  prepares shards of :data:`SHARD_BATCHES` batches ahead (prefetching) while the model
-  steps; the main process cuts each shard into batches.
+- ``workers``: that ``Dataset`` behind one persistent worker process, which makes shards of
+  :data:`SHARD_BATCHES` batches (:class:`EndlessShards`: epochs one after another) and
+  prefetches the next ones while the model steps; the main process cuts each shard into
+  batches. Its first shard is handed over before the first step, as a model is built before
+  it: a worker's start (50-100 ms) is nothing to a real run and a third of a run here.
 
 None of the four makes a healthy run data-bound: a loader's wait is a small part of even
-the smallest model's step (docs/faults.md, "data-bound"). Handing every batch over from a
-worker process is not one of them: it costs about a millisecond a batch here, more than a
-small model's whole step, which is the starved loader's ``one_worker`` variant
-(:mod:`faultbench.faults.loading`). The worker is forked (``multiprocessing_context``), as a
+the smallest model's step (docs/faults.md, "data-bound"). Handing every batch, made item by
+item, over from a worker process is not one of them: it costs about a millisecond a batch
+here, more than a small model's whole step, which is the starved loader's ``one_worker``
+variant (:mod:`faultbench.faults.loading`). The worker is forked (``multiprocessing_context``), as a
 script run by hand on Linux forks it, also in the engine's spawned processes, whose children
 would otherwise spawn and wait seconds for an interpreter to import torch.
 
