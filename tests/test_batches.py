@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_iris
+from torch.utils.data import DataLoader, TensorDataset
 
 import faultbench as fb
 from faultbench.faults.batches import Batch, batches
@@ -93,12 +94,19 @@ def test_the_same_seed_gives_the_same_batches_and_another_seed_others(loader: st
     assert not torch.equal(_parts(other)[-1], _parts(first[0])[-1])
 
 
-def test_a_plain_dataloader_and_a_dataset_of_items_hand_over_the_same_batches() -> None:
+def test_a_dataset_made_a_batch_at_once_hands_over_what_one_made_item_by_item_does() -> None:
     # The same sampler, seeded alike: only how a batch is made differs (and what it costs).
     task = get_task("digits")
-    plain, items = _take(_stream(task, "dataloader"), 60), _take(_stream(task, "dataset"), 60)
-    for a, b in zip(plain, items, strict=True):
-        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    per_item = DataLoader(
+        TensorDataset(torch.from_numpy(task.X_train), torch.from_numpy(task.y_train)),
+        batch_size=32,
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(0),
+    )
+    at_once = _take(_stream(task, "dataset"), len(per_item))
+    for a, b in zip(at_once, per_item, strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].dtype == b[0].dtype
 
 
 def test_an_unknown_loader_is_refused_with_the_nearest_name() -> None:
@@ -145,5 +153,5 @@ def test_a_worker_loader_in_a_daemonic_process_says_why_it_cannot_start() -> Non
     daemon.start()
     answer = answers.get(timeout=120)
     daemon.join(timeout=60)
-    assert answer.startswith("loader 'workers' starts a DataLoader worker process, which this")
+    assert answer.startswith("a loader with a worker starts a DataLoader worker process, which")
     assert "distributed.worker.daemon: False" in answer
