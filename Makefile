@@ -48,6 +48,7 @@ report: $(STAMP)  ## regenerate results/ from the committed rates and levels (tr
 	$(BIN)/faultbench report --timeout $(REPORT_TIMEOUT)
 	$(BIN)/faultbench sweep --fault lr_too_high --diagnoser rules --task digits
 	$(BIN)/faultbench pairs --diagnoser rules --task digits
+	$(BIN)/faultbench runs export  # the sweep's and pairs' runs join the dataset (else: unchanged)
 
 # The board's runs as data (results/runs/, docs/runs.md): train what neither the store nor
 # the shipped dataset holds (from nothing: every run of the board), then export them all:

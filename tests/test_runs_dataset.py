@@ -100,6 +100,11 @@ def test_export_keeps_unchanged_partitions_byte_for_byte(trained: Path, tmp_path
     assert {k: v["sha256"] for k, v in first.files.items()} == {
         k: v["sha256"] for k, v in second.files.items()
     }
+    # Exported again from what it holds (a fresh clone's make report), the folder is left
+    # as it was, its manifest's date included.
+    before = (tmp_path / "a" / MANIFEST).read_bytes()
+    again = export(RunsDataset(tmp_path / "a").records(), tmp_path / "a")
+    assert again == first and (tmp_path / "a" / MANIFEST).read_bytes() == before
 
 
 def test_a_changed_file_is_refused_naming_the_runs_it_would_retrain(dataset: Path, tmp_path: Path):

@@ -96,13 +96,15 @@ def main(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     """Train every run of ``make report``'s board (plain runs: an instrument's runs are the
-    full tier's, trained by its diagnoser's scoring) that the store and dataset lack."""
+    full tier's, trained by its diagnoser's scoring) that the store and dataset lack, and the
+    runs a learned diagnoser fits on (its ``prepare``)."""
     import time
 
+    from faultbench.cli.commands.report import in_report
     from faultbench.reporting import ahead
     from faultbench.scoring.board import REALBUGS, Board
     from faultbench.scoring.contract import contract_of
-    from faultbench.scoring.diagnosis import get_diagnoser
+    from faultbench.scoring.diagnosis import diagnoser_names, get_diagnoser
     from faultbench.storage.store import Store
     from faultbench.tools.realbugs import evaluate_suite
     from faultbench.training.engine import make_engine
@@ -124,6 +126,10 @@ def _train(args: argparse.Namespace) -> int:
         trained = ahead.train_all(evaluations, store, engine)
         if not args.task:
             trained += sum(r.trained for r in evaluate_suite([plain], store=store, engine=engine))
+            for name in in_report(diagnoser_names()):  # a learned diagnoser's own runs too
+                prepare = contract_of(get_diagnoser(name)).prepare
+                if prepare is not None:
+                    prepare(store=store, engine=engine)
     finally:
         engine.close()
     print(f"trained {trained} runs in {time.perf_counter() - start:.0f} s into {store.root}")
