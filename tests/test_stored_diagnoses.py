@@ -276,3 +276,24 @@ def test_one_worker_diagnoses_a_task_and_grid_for_every_quick_diagnoser_after_th
     engine = Recording()
     diagnose_ahead([*quick, slow], Store(tmp_path), engine, timeout=60, isolate=None)  # type: ignore[arg-type]
     assert [job.evaluations for job in engine.items] == [(slow,), tuple(quick)]
+
+
+def test_answer_segments_of_several_processes_fold_into_one_table(tmp_path: Path) -> None:
+    from faultbench.scoring import answers
+
+    folder = tmp_path / answers.FOLDER / "rules" / "code1"
+    outcome = Outcome("ok", "dead_units", 0.9, {"share": 0.5}, seconds=0.25)
+    for writer in range(3):  # three processes' segments, one answer each
+        table = answers.AnswerTable(folder, "code1")
+        table.put(answers.row_of((f"key{writer}", "a1", 20, 1.0), outcome, "code1"))
+        table.flush()
+    assert len(list(folder.glob("*.parquet"))) == 3
+    answers.compact(tmp_path / answers.FOLDER)
+    assert len(list(folder.glob("*.parquet"))) == 1
+    read = answers.AnswerTable(folder, "code1")
+    assert sorted(index[0] for index in read.rows) == ["key0", "key1", "key2"]
+    row = read.get(("key1", "a1", 20, 1.0))
+    assert row is not None and Outcome(**answers.outcome_fields(row)) == dataclasses.replace(
+        outcome, also=()
+    )
+    assert read.get(("key1", "another attempt", 20, 1.0)) is None  # made on another run
