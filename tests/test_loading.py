@@ -204,19 +204,18 @@ def test_a_starved_loader_starves_every_loader_a_design_draws(loader: str, task:
 # -- a healthy run is not data-bound; one batch handed over at a time from a worker is -----
 
 
-def _healthy_wait(task: str, loader: str) -> tuple[str, float]:
-    """Why a healthy run of ``task``'s reference design on ``loader`` is data-bound ("" when
-    it is not), and its wait share; a second run decides a first that a stall of the busy
-    machine made data-bound, as in _off_twice."""
+def _healthy_wait(task: str, loader: str) -> float:
+    """The wait share of a healthy run of ``task``'s reference design on ``loader``: the
+    lesser of two runs where the first is over a tenth (a run lasts about a second, and a
+    stall of a busy machine inside a fetch is a wait, as in _off_twice)."""
     the_task = get_task(task)
     recipe = base_setup(the_task, 0, the_task.reference_design().replace(loader=loader))
-    for _ in range(2):
+    shares: list[float] = []
+    while len(shares) < 2 and (not shares or shares[0] > 0.1):
         trace = train(recipe).trace
         assert trace is not None
-        why = data_bound_verdict(trace)
-        if not why:
-            break
-    return why, trace.wait_share
+        shares.append(trace.wait_share)
+    return min(shares)
 
 
 # digits' MLP steps in about 0.4 ms, the shortest of the tuned-on tasks; ratings draws the
@@ -226,9 +225,8 @@ def _healthy_wait(task: str, loader: str) -> tuple[str, float]:
 def test_no_loader_of_the_family_makes_a_small_models_healthy_run_data_bound(
     loader: str, task: str
 ) -> None:
-    why, share = _healthy_wait(task, loader)
-    assert not why, why
-    assert share < DATA_BOUND / 2, share  # well below: under a quarter of the compute
+    share = _healthy_wait(task, loader)
+    assert share < DATA_BOUND / 2, share  # well below: it waits under a quarter of its compute
 
 
 def test_one_worker_handing_each_batch_over_starves_a_small_model_and_changes_no_number() -> None:
