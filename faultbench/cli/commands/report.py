@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -257,9 +258,20 @@ def generate(
         if ev.grid != REALBUGS  # the suite is diagnosed ahead by evaluate_suite
     ]
     trained = 0
+    stages: list[tuple[str, float]] = []  # each stage's wall seconds, printed and kept
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        stages.append((stage, now - clock))
+        clock = now
+
     if engine is not None:  # train everything at once, then diagnose on every worker
         trained = ahead.train_all(evaluations, store, engine)
+        lap("verifying bases and training the grids' runs")
         ahead.diagnose_ahead(evaluations, store, engine, timeout=timeout, isolate=isolate)
+        lap("diagnosing the grids' runs ahead, on every worker")
     # The real-bug suite: its cases trained and every diagnoser's answers stored on the
     # engine's workers (one diagnoser per worker), with the doctor's headlines that
     # realbugs.md and validity.md read; the result files below read the same answers.
@@ -270,6 +282,7 @@ def generate(
         isolate=isolate,
         engine=engine,
     )
+    lap("the real-bug suite: training its cases and diagnosing them")
     # Each diagnoser's result file, from the answers stored ahead (a file whose answers are
     # unchanged is left as it was); every table below reads the same reports.
     folder = out / resultfile.FOLDER
@@ -281,6 +294,7 @@ def generate(
         )
         written += resultfile.write(result, folder)
         scored += reports
+        lap(f"{name}: its result file (stored answers read, the rest diagnosed)")
     reports = [r for r in scored if r.grid == "classic"]
     whole = [r for r in scored if r.prefix == 1.0]  # a prefix's reports: leaderboard_prefixes
     full = [r for r in whole if r.grid == "full" and r.every == DEFAULT_EVERY]
@@ -297,7 +311,9 @@ def generate(
         "faults.md": report.faults_markdown(faults),
         "scores.md": report.scores_markdown(scores, mcnemar),
         "calibration.md": calibration.calibration_markdown(cover, calib),
-        "timings.md": _timings_markdown(report.markdown_table, timings, waits, overhead),
+        "timings.md": _timings_markdown(
+            report.markdown_table, timings, waits, overhead, _stages_frame(stages)
+        ),
         "bases.md": _bases_markdown(full),
     }
     frames = {
@@ -421,11 +437,23 @@ def in_report(names: Sequence[str]) -> list[str]:
     return [name for name in names if not contract_of(get_diagnoser(name)).left_out_of_report]
 
 
+def _stages_frame(stages: Sequence[tuple[str, float]]) -> pd.DataFrame:
+    """Each stage of the report with its wall seconds, printed as the report ends."""
+    import pandas as pd
+
+    for stage, seconds in stages:
+        print(f"faultbench report: {seconds:8.1f} s  {stage}", file=sys.stderr)
+    return pd.DataFrame(
+        [(stage, round(seconds, 1)) for stage, seconds in stages], columns=["stage", "seconds"]
+    )
+
+
 def _timings_markdown(
     table: Callable[[pd.DataFrame], str],
     timings: pd.DataFrame,
     waits: pd.DataFrame,
     overhead: pd.DataFrame | None = None,
+    stages: pd.DataFrame | None = None,
 ) -> str:
     instruments = []
     if overhead is not None and len(overhead):
@@ -452,6 +480,18 @@ def _timings_markdown(
             "Measured on the machine in README.md: they vary between reports and machines, and "
             "no score is computed from them.",
             "",
+            *(
+                [
+                    "## This report, stage by stage (wall seconds)",
+                    "",
+                    "A warm report reads what is stored; a cold one trains and diagnoses here.",
+                    "",
+                    table(stages),
+                    "",
+                ]
+                if stages is not None and len(stages)
+                else []
+            ),
             "## Seconds per diagnosis and per training run",
             "",
             table(timings),
