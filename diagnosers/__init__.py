@@ -7,6 +7,7 @@ from faultbench.diagnosers.baselines import AlwaysHealthy, RandomDiagnoser
 from faultbench.diagnosers.cockpit_live import CockpitLiveDiagnoser
 from faultbench.diagnosers.cockpit_tool import CockpitDiagnoser
 from faultbench.diagnosers.deepdiagnosis import DeepDiagnosis
+from faultbench.diagnosers.defaultdiag import DefaultPort
 from faultbench.diagnosers.doctor import DoctorDiagnoser
 from faultbench.diagnosers.learned import LearnedDiagnoser
 from faultbench.diagnosers.lr_range import LRRangeDiagnoser
@@ -23,6 +24,7 @@ __all__ = [
     "CockpitDiagnoser",
     "CockpitLiveDiagnoser",
     "DeepDiagnosis",
+    "DefaultPort",
     "DoctorDiagnoser",
     "LRRangeDiagnoser",
     "LearnedDiagnoser",
