@@ -36,7 +36,7 @@ re-implements them (no code is copied) and reads them off a faultbench trace:
   place). The evidence names each stage's most important features with their values.
 
 It trains on the tuned-on tasks' runs (the tasks ``rules`` is tuned on), seeds 200 and up:
-disjoint from every scored seed (0-49) and from ``learned``'s (100+). The runs are made
+disjoint from every scored seed (0-49); 200-299 are the port's alone. The runs are made
 through :func:`faultbench.storage.runner.ensure_records`, stored once and reused; the
 fitted forests are never pickled, since refitting from the stored runs is deterministic
 and takes a few seconds.
@@ -68,7 +68,7 @@ NAME = "default-port"
 #: The tasks ``rules`` is tuned on: the port learns from their runs alone.
 TRAIN_TASKS = ("diabetes", "digits", "numbers")
 #: Seeds of its faulty and healthy runs (each on the reference recipe and a drawn base):
-#: disjoint from every scored seed (0..49) and from ``learned``'s (100..129).
+#: disjoint from every scored seed (0..49); 200..299 are the port's, which ``learned`` leaves alone.
 TRAIN_SEEDS = (200, 201, 202)
 #: More healthy drawn bases, so that stage 1 sees healthy runs across designs too.
 HEALTHY_SEEDS = tuple(range(200, 206))
@@ -205,7 +205,7 @@ def epoch_row(trace: Trace, epoch: int) -> dict[str, float]:
         _gradient_checks(_at(trace.grad_mean_abs, first), _at(trace.grad_norm, first), counts)
     )
     row.update(
-        _layer_norm_spread([np.nanmean(v[rows]) for v in trace.grad_norm.values() if len(v)])
+        _layer_norm_spread([_mean(v[rows].tolist()) for v in trace.grad_norm.values() if len(v)])
     )
     mean_abs, norms = _at(trace.grad_mean_abs, last), _at(trace.grad_norm, last)
     row["mean_grad"] = _mean(mean_abs.values())
