@@ -167,14 +167,17 @@ def test_a_fresh_clone_finds_the_answers_exported_beside_the_runs(
     from faultbench.diagnosers.rules import RulesDiagnoser
     from faultbench.reporting import resultfile
 
-    results = tmp_path / "results"
-    board = ["--task", TASK, "--seeds", "1", "--grids", "classic", "--cases", "none"]
-    made = [*board, "--store", str(trained), "--runs", "none", "--results", str(results)]
+    results, store = tmp_path / "results", tmp_path / "store"
+    shutil.copytree(trained, store)  # the full grid's few runs are trained into this copy
+    board = ["--task", TASK, "--seeds", "1", "--fault-seeds", "1", "--healthy-seeds", "2"]
+    board += ["--faults", "lr_too_high", "--cases", "none"]  # both grids, both samplings
+    made = [*board, "--store", str(store), "--runs", "none", "--results", str(results)]
     assert cli(["score", "--diagnoser", "rules", *made]) == 0
     assert (results / "diagnosers" / "rules.answers.parquet").exists()
-    assert cli(["runs", "export", "--store", str(trained), "--runs", "none",
+    assert cli(["runs", "export", "--store", str(store), "--runs", "none",
                 "--out", str(results / "runs")]) == 0  # fmt: skip
     first = resultfile.read(results / "diagnosers" / "rules.json").answers
+    assert set(first["every"]) == {1, 20}
 
     def refuse(self: object, run: object) -> object:
         raise AssertionError("diagnosed a run whose answer ships")
@@ -183,6 +186,7 @@ def test_a_fresh_clone_finds_the_answers_exported_beside_the_runs(
     fresh = [*board, "--store", str(tmp_path / "empty"), "--runs", str(results / "runs")]
     assert cli(["score", "--diagnoser", "rules", *fresh, "--results", str(results)]) == 0
     again = resultfile.read(results / "diagnosers" / "rules.json").answers
-    assert set(again["status"]) == {"ok"}
+    # Every step too: its answers ship, so the lite tier's every-20th trace is never read.
+    assert set(again["status"]) == {"ok"} and set(again["every"]) == {1, 20}
     kept = ["key", "every", "predicted", "also", "status", "probe_steps"]
     assert again[kept].equals(first[kept])

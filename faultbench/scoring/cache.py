@@ -267,6 +267,22 @@ class DiagnosisCache:
         self.table.put(answers.row_of(self._index(record), outcome, self.code))
 
 
+def reads_every_step(store: Store, diagnoser: str) -> bool:
+    """Whether ``diagnoser`` can be scored at every step from ``store``: its runs are read
+    at every step (no lite runs dataset alone), or its answers at every step ship beside
+    the dataset under its installed code (a fresh clone's rescoring of a shipped diagnoser
+    reads them, never the every-step trace the lite tier lacks)."""
+    if store.every_step:
+        return True
+    path = shipped_answers(store, diagnoser)
+    if path is None:
+        return False
+    from faultbench.scoring.diagnosis import get_diagnoser
+
+    code = code_for(get_diagnoser(diagnoser))
+    return any(r["every"] == 1 and r["code"] == code for r in answers.read_rows(path))
+
+
 def shipped_answers(store: Store, diagnoser: str) -> Path | None:
     """The answer table exported beside the runs dataset ``store`` stands on
     (``results/diagnosers/<name>.answers.parquet`` beside ``results/runs/``), if any."""

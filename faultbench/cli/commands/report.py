@@ -235,6 +235,7 @@ def generate(
     from faultbench.reporting.validity import grid_rates
     from faultbench.reporting.validity_files import write as write_validity
     from faultbench.scoring.board import REALBUGS, Board
+    from faultbench.scoring.cache import reads_every_step
     from faultbench.scoring.contract import contract_of
     from faultbench.scoring.diagnosis import get_diagnoser
     from faultbench.tools.realbugs import evaluate_suite
@@ -248,7 +249,13 @@ def generate(
         fault_seeds=fault_seeds,
         healthy_seeds=healthy_seeds,
         cases=None if full_tasks else (),  # the suite is scored beside the full grid
-        every_step=store.every_step,  # not from the lite runs dataset alone
+        # Not from the lite runs dataset alone, unless every diagnoser's every-step answers
+        # ship beside it (a fresh clone's report reads them and diagnoses nothing).
+        every_step=all(
+            reads_every_step(store, name)
+            for name in diagnosers
+            if contract_of(get_diagnoser(name)).reads_trace
+        ),
     )
     contracts = {name: contract_of(get_diagnoser(name)) for name in diagnosers}
     evaluations = [

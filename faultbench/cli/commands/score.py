@@ -39,14 +39,15 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.reporting import resultfile
     from faultbench.reporting.provenance import other_bits_note
     from faultbench.reporting.submission import score
+    from faultbench.scoring.cache import reads_every_step
     from faultbench.scoring.contract import contract_of
     from faultbench.scoring.diagnosis import get_diagnoser
 
     contract_of(get_diagnoser(args.diagnoser))  # a broken contract exits 2 before any work
     store = store_from(args)
     # The every-step columns where the runs can be read at every step (not from the lite
-    # runs dataset alone); the leaderboard says which diagnosers lack them.
-    board = replace(board_from(args), every_step=store.every_step)
+    # runs dataset alone) or its every-step answers ship; the leaderboard says who lacks them.
+    board = replace(board_from(args), every_step=reads_every_step(store, args.diagnoser))
     folder = Path(args.results) / resultfile.FOLDER
     if folder.exists() and not folder.is_dir():
         raise_not_folder(folder)
