@@ -139,10 +139,11 @@ def narrowness(run: Run) -> float:
 
 def few_channels(run: Run) -> float:
     """A classifier's class count minus the fewest channels of a feature map (a
-    convolution's output) that carries enough values (> 0: fewer channels than classes);
-    -inf without one, NaN for a kind without classes. Channels are the kinds of feature
-    a map detects at each position: fewer than the classes is a suspicion, not a bound
-    (a healthy CNN often has fewer), so its alarm waits for the widening to help."""
+    convolution's output: :func:`~faultbench.diagnosers._features.feature_maps`), > 0:
+    fewer channels than classes; -inf without a map, NaN for a kind without classes.
+    Channels are the kinds of feature a map detects at each position: fewer than the
+    classes is a suspicion, not a bound (a healthy CNN often has fewer: what it passes on
+    is its channels over its positions), so its alarm waits for the widening to help."""
     if not f.is_classes(run):
         return math.nan
     channels = f.feature_maps(run)

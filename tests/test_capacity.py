@@ -141,6 +141,24 @@ def test_a_dense_bottleneck_after_a_convolution_is_still_too_small() -> None:
     assert probed.evidence["narrow_layer"]["treatment"]["helped"]
 
 
+@pytest.mark.parametrize("norm", ["none", "batch", "layer"])
+def test_what_each_layer_of_a_registry_cnn_passes_on(norm: str) -> None:
+    # 12x12 images, two pooled 3x3 convolutions of 4 and 1 channels (3x3 positions left),
+    # then dense layers of 32, 2 and 32: each layer's normalization is no layer of its own.
+    net = Network("cnn", widths=(32, 2, 32), channels=(4, 1), norm=norm)
+    model = build(net, n_features=144, n_outputs=5, image_side=12)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    monitor = Monitor(model, optimizer, kind="multiclass")
+    loss = F.cross_entropy(model(torch.randn(8, 144)), torch.arange(8) % 5)
+    monitor.step(loss)  # as the benchmark's loop does: the widths come from the forward
+    run = run_of(monitor)
+    assert run.config.layer_widths == (1, 4, 1, 32, 2, 32, 5)
+    # 4 channels read by a 3x3 kernel; 1 channel read flattened over 9 positions
+    assert _features.carried_widths(run) == (4 * 9, 1 * 9, 32, 2, 32)
+    assert _features.feature_maps(run) == (4, 1)
+    assert rules.narrowness(run) == 5 - 2  # the dense bottleneck, not the one channel
+
+
 # -- a sigmoid output is read by what it is, not by its width -----------------------------
 
 
