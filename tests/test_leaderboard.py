@@ -123,3 +123,15 @@ def test_per_variant_gives_recall_of_each_variant_counted_by_hand() -> None:
     # "bad" names lr_too_high only at the severe level: 1 of its 3 runs per task.
     assert table[("bad", "digits", "v")].startswith("0.333")
     assert table[("good", "synthetic", "v")].startswith("1.000")
+
+
+def test_a_diagnoser_with_healthy_drawn_runs_alone_is_identified_on_the_classic_grid() -> None:
+    # TrainCheck's subset: the full grid's healthy drawn runs (false alarms) and the classic
+    # grid (identification); bad names only the severe runs there: 2 of 6.
+    full = _frame()
+    board = pd.concat([full[full["truth"] == "healthy"], _frame(grid="classic")])
+    table = {r["diagnoser"]: r for r in rows(board, {})}
+    assert table["bad"]["identification"].startswith("0.333")
+    assert table["bad"]["ident. held-out tasks"].startswith("0.333")
+    assert table["bad"]["false alarms drawn bases"].startswith("0.000 [0.00, 0.66]")
+    assert table["bad"]["runs"] == 2  # the full grid's: its healthy drawn runs

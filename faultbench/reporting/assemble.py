@@ -104,7 +104,8 @@ def load(results: Path, board: Board) -> Assembled:
                 f"({contract.left_out_of_report}): {len(old)} of its runs are of older code"
             )
         elif text := board.subset_text(contract):
-            notes.append(f"`{f.diagnoser}` is scored on {text}")
+            runs = f.answers.loc[f.answers["prefix"] == 1.0, "key"].nunique()
+            notes.append(f"`{f.diagnoser}` is scored on {text}: {runs} runs")
         if lite:
             notes.append(
                 f"`{f.diagnoser}` has no every-step columns: it was scored on the lite runs "

@@ -63,7 +63,10 @@ def rows(
         every_step = part[(part["grid"] == "full") & (part["every"] == 1)]
         classic = part[part["grid"] == "classic"]
         s = scores.summary(full if len(full) else part)  # the headline: the full grid
-        ident = s["identification"]
+        # A diagnoser scored on a subset has the full grid's healthy drawn runs alone: its
+        # identification is the classic grid's (its row's "scored on" says so).
+        s_id = scores.summary(classic) if _healthy_only(full) and len(classic) else s
+        ident = s_id["identification"]
         row: dict[str, Any] = {
             "diagnoser": name,
             "tuned on": ", ".join(tuned_on.get(name, ())) or "nothing",
@@ -77,18 +80,23 @@ def rows(
             row[f"ident. {level}"] = cell(ident["by_level"].get(level, scores.wilson(0, 0)))
         row["ident. reference recipe"] = cell(scores.identification(classic)["accuracy"])
         row["ident. every step"] = cell(scores.identification(every_step)["accuracy"])
-        row["ident. tuned-on task"] = cell(s["splits"]["tuned_on_task"]["identification"])
-        row["ident. held-out tasks"] = cell(s["splits"]["held_out_task"]["identification"])
-        row["known faults not healthy"] = cell(s["known_detection"])
-        row["held-out faults not healthy"] = cell(s["detection"]["not_healthy"])
-        row["held-out faults other_fault"] = cell(s["detection"]["other_fault"])
-        row["alarm precision"] = cell(s["alarm_precision"])
+        row["ident. tuned-on task"] = cell(s_id["splits"]["tuned_on_task"]["identification"])
+        row["ident. held-out tasks"] = cell(s_id["splits"]["held_out_task"]["identification"])
+        row["known faults not healthy"] = cell(s_id["known_detection"])
+        row["held-out faults not healthy"] = cell(s_id["detection"]["not_healthy"])
+        row["held-out faults other_fault"] = cell(s_id["detection"]["other_fault"])
+        row["alarm precision"] = cell(s_id["alarm_precision"])
         row["false alarms drawn bases"] = cell(s["false_alarms"])
         row["false alarms reference recipe"] = cell(scores.false_alarms(classic))
         row["false alarms every step"] = cell(scores.false_alarms(every_step))
         row["probe steps/diagnosis"] = f"{s['cost']['probe_steps']:.0f}"
         out.append(row)
     return out
+
+
+def _healthy_only(frame: pd.DataFrame) -> bool:
+    """Whether ``frame`` holds runs and every one of them is healthy."""
+    return bool(len(frame)) and bool((frame["truth"] == "healthy").all())
 
 
 def alarms_by_axis(designs: pd.DataFrame) -> pd.DataFrame:

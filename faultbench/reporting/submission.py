@@ -311,6 +311,7 @@ def _contract(result: ResultFile) -> Contract:
         instrument=tuple(declared["instrument"]),
         reads_trace=declared["reads_trace"],
         subset_seeds=declared["subset_seeds"],
+        subset_full_grid=declared.get("subset_full_grid", "all"),  # files made before it
         left_out_of_report=declared["left_out_of_report"],
         probes=declared["probes"],
     )

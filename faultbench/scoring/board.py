@@ -27,6 +27,12 @@ CLASSIC_SEEDS = 5  # seeds per condition of the classic grid
 FAULT_SEEDS = 2
 HEALTHY_SEEDS = 50  # faultbench.scoring.plan.HEALTHY_SEEDS: healthy drawn runs per task
 SUBSET_HEALTHY = 10  # healthy drawn runs per task for a diagnoser scored on a subset of seeds
+# One that declares subset_full_grid = "healthy" (TrainCheck: each run traced again, 30-130 s
+# on 2 cores) is scored on what 2 cores trace in about two hours: the classic grid's first
+# seeds (its identification), this many healthy drawn runs per task (its false alarms) and
+# the real-bug suite (about 350 runs).
+SUBSET_HEALTHY_ONLY = 5
+HEALTHY_ONLY = ("healthy",)  # a full grid's selection of its healthy drawn runs alone
 GRIDS = ("classic", "full")
 REALBUGS = "realbugs"  # the real-bug suite's name (faultbench.realbugs.SUITE)
 DEFAULT_EVERY = 20  # faultbench.training.monitor.DEFAULT_EVERY (a test holds them equal)
@@ -84,7 +90,8 @@ class Board:
         scored on a subset of seeds (a false-alarm rate needs many more runs than a cell)."""
         if contract.subset_seeds is None:
             return self.healthy_seeds
-        return min(self.healthy_seeds, SUBSET_HEALTHY)
+        limit = SUBSET_HEALTHY_ONLY if contract.subset_full_grid == "healthy" else SUBSET_HEALTHY
+        return min(self.healthy_seeds, limit)
 
     def subset_text(self, contract: Contract) -> str:
         """What part of the board a diagnoser is scored on, in words ('': all of it)."""
@@ -92,10 +99,14 @@ class Board:
             return ""
         seeds = self.seeds_for(contract, "classic")
         first = "seed 0" if seeds == 1 else f"seeds 0-{seeds - 1}"
-        return (
-            f"{first} of both grids, {self.healthy_for(contract)} healthy drawn runs "
-            "(seconds per diagnosis)"
-        )
+        healthy = self.healthy_for(contract)
+        if contract.subset_full_grid == "healthy":
+            suite = "" if self.cases == () else " and the real-bug suite"
+            return (
+                f"{first} of the classic grid (its identification), {healthy} healthy drawn "
+                f"runs per task (its false alarms){suite}"
+            )
+        return f"{first} of both grids, {healthy} healthy drawn runs (seconds per diagnosis)"
 
     def evaluations(self, name: str, contract: Contract) -> list[Evaluation]:
         """Every evaluation of diagnoser ``name`` (declaring ``contract``) on this board."""
@@ -104,6 +115,7 @@ class Board:
             for task in self.tasks
         ]
         samplings = (DEFAULT_EVERY, 1) if self.every_step and contract.reads_trace else ()
+        subset = contract.subset_seeds is not None and contract.subset_full_grid == "healthy"
         for every in samplings or (DEFAULT_EVERY,):
             found += [
                 Evaluation(
@@ -113,6 +125,7 @@ class Board:
                     self.seeds_for(contract, "full"),
                     every,
                     self.healthy_for(contract),
+                    faults=HEALTHY_ONLY if subset else self.faults,
                 )
                 for task in self.full_tasks
             ]
@@ -124,14 +137,22 @@ class Board:
                 self.seeds_for(contract, "full"),
                 DEFAULT_EVERY,
                 self.healthy_for(contract),
+                faults=self.faults,
                 prefix=prefix,
             )
-            for prefix in self.prefixes
+            for prefix in self.prefixes_for(contract)
             for task in self.full_tasks
         ]
+        found = [replace(ev, faults=self.faults) if ev.grid == "classic" else ev for ev in found]
         if self.cases != ():
             found.append(Evaluation(name, REALBUGS, REALBUGS, 1))
-        return [replace(ev, faults=self.faults) if ev.grid != REALBUGS else ev for ev in found]
+        return found
+
+    def prefixes_for(self, contract: Contract) -> tuple[float, ...]:
+        """The shares each full-grid run is also read at: none for a subset diagnoser (its
+        full grid is healthy runs alone, and how early it knows needs faults)."""
+        healthy_only = contract.subset_seeds is not None and contract.subset_full_grid == "healthy"
+        return () if healthy_only else self.prefixes
 
     def to_dict(self, contract: Contract) -> dict[str, Any]:
         """What a result file was scored on (compared with the leaderboard's board)."""
@@ -144,5 +165,5 @@ class Board:
             "every_step": self.every_step and contract.reads_trace,
             "cases": None if self.cases is None else list(self.cases),
             "faults": None if self.faults is None else list(self.faults),
-            "prefixes": list(self.prefixes),
+            "prefixes": list(self.prefixes_for(contract)),
         }

@@ -117,6 +117,12 @@ OPTIONAL: dict[str, Attribute] = {
         "int >= 1: seconds per diagnosis, so it is scored on the first N seeds of each grid "
         "and fewer healthy runs (the leaderboard says so); None: every run",
     ),
+    "subset_full_grid": Attribute(
+        "all",
+        "with subset_seeds, what of the full grid it is scored on: 'all' (the first seeds of "
+        "each cell) or 'healthy' (its healthy drawn runs alone, for false alarms; "
+        "identification then comes from the classic grid, and no prefix is read)",
+    ),
     "left_out_of_report": Attribute(
         "",
         "str: why `make report` does not score it (too slow); its result file comes from "
@@ -130,6 +136,7 @@ OPTIONAL: dict[str, Attribute] = {
 }
 
 ATTRIBUTES = (*REQUIRED, *OPTIONAL)  # every name a diagnoser may declare
+SUBSET_FULL_GRID = ("all", "healthy")  # the values of subset_full_grid
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,7 @@ class Contract:
     prepare: Callable[..., None] | None = field(default=None, compare=False)  # its prepare
     reads_trace: bool = True  # whether its answers can depend on the sampling
     subset_seeds: int | None = None  # scored on the first N seeds only
+    subset_full_grid: str = "all"  # with subset_seeds: "all" cells, or "healthy" runs alone
     left_out_of_report: str = ""  # why make report does not score it
     probes: bool | None = None  # whether it trains through the probe (None: not declared)
 
@@ -154,6 +162,7 @@ class Contract:
             "prepare": self.prepare is not None,
             "reads_trace": self.reads_trace,
             "subset_seeds": self.subset_seeds,
+            "subset_full_grid": self.subset_full_grid,
             "left_out_of_report": self.left_out_of_report,
             "probes": self.probes,
         }
@@ -212,6 +221,7 @@ def contract_of(obj: object) -> Contract:
         prepare=values["prepare"],
         reads_trace=values["reads_trace"],
         subset_seeds=values["subset_seeds"],
+        subset_full_grid=values["subset_full_grid"],
         left_out_of_report=values["left_out_of_report"],
         probes=values["probes"],
     )
@@ -248,6 +258,8 @@ def _invalid(attr: str, value: Any) -> str:
         return f"must be True or False; got {value!r}"
     elif attr == "subset_seeds" and value is not None and not _positive_int(value):
         return f"must be an integer of at least 1 or None; got {value!r}"
+    elif attr == "subset_full_grid" and value not in SUBSET_FULL_GRID:
+        return f"must be one of {', '.join(map(repr, SUBSET_FULL_GRID))}; got {value!r}"
     elif attr == "left_out_of_report" and not isinstance(value, str):
         return f"must be a str (the reason) or ''; got {_kind(value)}"
     elif attr == "probes" and value is not None and not isinstance(value, bool):
