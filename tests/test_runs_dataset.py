@@ -190,3 +190,28 @@ def test_a_fresh_clone_finds_the_answers_exported_beside_the_runs(
     assert set(again["status"]) == {"ok"} and set(again["every"]) == {1, 20}
     kept = ["key", "every", "predicted", "also", "status", "probe_steps"]
     assert again[kept].equals(first[kept])
+
+
+def test_a_score_stopped_half_way_keeps_the_answers_it_made(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import pyarrow.parquet as pq
+
+    from faultbench.reporting import submission
+
+    real, calls = submission._evaluate, []
+
+    def stopped_at_the_second(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the session's end, in the middle of the board
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(submission, "_evaluate", stopped_at_the_second)
+    results, case = tmp_path / "results", "aihwkit_simple_layer_zero_grad"  # a cheap case
+    board = ["--task", TASK, "--seeds", "1", "--grids", "classic", "--cases", case]
+    board += ["--store", str(trained), "--runs", "none", "--results", str(results)]
+    assert cli(["score", "--diagnoser", "rules", *board]) == 130  # classic, then real bugs
+    kept = pq.read_table(results / "diagnosers" / "rules.answers.parquet").to_pandas()
+    assert len(kept) == len(_records(trained)) and set(kept["status"]) == {"ok"}
+    assert not (results / "diagnosers" / "rules.json").exists()  # no result file yet

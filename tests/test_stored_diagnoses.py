@@ -297,3 +297,24 @@ def test_answer_segments_of_several_processes_fold_into_one_table(tmp_path: Path
         outcome, also=()
     )
     assert read.get(("key1", "another attempt", 20, 1.0)) is None  # made on another run
+
+
+def test_a_run_answered_with_its_instrument_is_never_trained_with_it_again(
+    tmp_path: Path,
+) -> None:
+    # TrainCheck's answers are committed as they are made: a machine that has them (here:
+    # the answer tables alone, copied) trains only the plain runs, never the traced ones.
+    import shutil
+
+    from faultbench.scoring import answers
+
+    grid = {"grid": "classic", "seeds": 1, "faults": ["lr_too_high"], "progress": False}
+    first = evaluate("cockpit-live", "diabetes", store=Store(tmp_path / "a"), **grid)
+    assert first.trained == 2 and {r.status for r in first.results} == {"ok"}
+    shutil.copytree(tmp_path / "a" / answers.FOLDER, tmp_path / "b" / answers.FOLDER)
+    again = evaluate("cockpit-live", "diabetes", store=Store(tmp_path / "b"), **grid)
+    traced = [p for p in (tmp_path / "b").rglob("seed-*+*") if p.is_dir()]
+    assert again.trained == 2 and traced == []  # the two plain runs, no instrumented one
+    assert [(r.condition, r.predicted, r.key) for r in again.results] == [
+        (r.condition, r.predicted, r.key) for r in first.results
+    ]

@@ -114,9 +114,15 @@ def score(
     timeout: float,
     isolate: bool | None = None,
     progress: bool | None = None,
+    keep_answers: Path | None = None,
 ) -> tuple[ResultFile, list[Report]]:
     """Score ``diagnoser`` (a registered name or ``module:Class``) on every evaluation of
     ``board``; return its result file (not yet written) and the reports it was made from.
+
+    With ``keep_answers`` (its ``NAME.answers.parquet``), the answers of a diagnoser whose
+    answers are stored are exported there after each evaluation, merged with those it held:
+    a command stopped half-way (TrainCheck's hours) leaves what it answered, to commit, and
+    a store standing on the runs dataset beside it never asks for them again.
 
     Raises:
         FaultbenchError: anything :func:`~faultbench.scoring.evaluate.evaluate` refuses.
@@ -124,12 +130,16 @@ def score(
     diag = get_diagnoser(diagnoser)
     contract = contract_of(diag)
     start = time.perf_counter()
+    keep = keep_answers if stores_answers(diagnoser, diag) else None
     with one_worker(diag, isolate, timeout) as worker:
         asked = diag if worker is not None else diagnoser  # the object the worker holds
-        reports = [
-            _evaluate(ev, asked, board, store, engine, timeout, isolate, progress, worker)
-            for ev in board.evaluations(diagnoser, contract)
-        ]
+        reports = []
+        for ev in board.evaluations(diagnoser, contract):
+            reports.append(
+                _evaluate(ev, asked, board, store, engine, timeout, isolate, progress, worker)
+            )
+            if keep is not None:
+                answers.merge_into(keep, _outcomes(reports[-1:], code_of(diag)))
     rows = [row for r in reports for row in rows_of(r, _kind_of(r.task))]
     result = ResultFile(
         diagnoser=diag.name,

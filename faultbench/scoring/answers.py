@@ -69,6 +69,8 @@ class AnswerTable:
     rows: dict[Index, dict[str, Any]] = field(default_factory=dict)
     pending: list[dict[str, Any]] = field(default_factory=list)
     _read: set[str] = field(default_factory=set)
+    _attempts: dict[tuple[str, int, float], str] = field(default_factory=dict)
+    _indexed: int = -1  # len(rows) when _attempts was built
 
     def __post_init__(self) -> None:
         if self.shipped is not None and self.shipped.exists():
@@ -81,6 +83,14 @@ class AnswerTable:
         if found is None and self.refresh():
             found = self.rows.get(index)
         return found
+
+    def attempt_of(self, key: str, every: int, prefix: float) -> str | None:
+        """The attempt of run ``key`` that an answer was made on (at ``every``, ``prefix``),
+        or None: what lets an instrumented run already answered go untraced."""
+        if self._indexed != len(self.rows):  # rows were added since: index them again
+            self._attempts = {(k, e, p): attempt for k, attempt, e, p in self.rows}
+            self._indexed = len(self.rows)
+        return self._attempts.get((key, every, prefix))
 
     def refresh(self) -> bool:
         """Read the segments written since the last look; whether there were any."""
@@ -182,6 +192,19 @@ def export(rows: Iterable[dict[str, Any]], path: Path) -> Path:
     bytes), atomically."""
     ordered = sorted(rows, key=lambda r: (_index(r), r["code"]))
     return write_atomic(path, _table_bytes(ordered))
+
+
+def merge_into(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """Export ``rows`` into the table at ``path`` beside the rows of the same code it holds
+    (a row of another code is dropped: no store would read it)."""
+    new = list(rows)
+    codes = {row["code"] for row in new}
+    try:
+        held = [row for row in read_rows(path) if row["code"] in codes]
+    except (OSError, ValueError):
+        held = []
+    merged = {(_index(row), row["code"]): row for row in [*held, *new]}
+    return export(merged.values(), path)
 
 
 def compact(folder: Path) -> None:

@@ -249,6 +249,10 @@ class DiagnosisCache:
             outcome = row["_outcome"] = Outcome(**answers.outcome_fields(row))
         return outcome
 
+    def attempt_of(self, key: str) -> str | None:
+        """The attempt of run ``key`` a stored answer was made on (None: none stored)."""
+        return self.table.attempt_of(key, self.every, self.prefix)
+
     def answers_all(self, specs: Iterable[RunSpec]) -> bool:
         """Whether every run of ``specs`` is stored and has a stored answer: then asking
         for them diagnoses nothing, so nothing needs preparing (a learned diagnoser's fit)

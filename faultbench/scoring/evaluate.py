@@ -506,12 +506,9 @@ def evaluate(
         if contract.prepare is not None and not answered:  # e.g. fit a learned model: not
             contract.prepare(store=the_store, engine=engine)  # part of any one diagnosis's time
         diagnose.start()  # a worker process loads the prepared diagnoser before any training
-        scored, trained = [], 0
-        for spec, record, fresh in suite.records(
-            specs, store=the_store, engine=engine, progress=progress
-        ):
-            trained += fresh
-            scored.append((spec, record))
+        scored, trained = _records(
+            suite, specs, stored if refs else None, the_store, engine, progress
+        )
         desc = f"diagnosing {suite.name} ({diag.name})"
         with progress_bar(len(scored), desc, unit="run", show=progress) as bar:
             results = []
@@ -658,6 +655,43 @@ class _Stored:
             outcome = self.inner.diagnose(record)
             self.cache.save(record, outcome)
         return outcome
+
+
+def _records(
+    suite: Suite,
+    specs: Sequence[RunSpec],
+    stored: DiagnosisCache | None,
+    store: Store,
+    engine: Engine | None,
+    progress: bool | None,
+) -> tuple[list[tuple[RunSpec, RunRecord]], int]:
+    """Each spec's record, trained where missing; and how many were trained.
+
+    With ``stored`` (a diagnoser with an instrument whose answers are kept), a run it has
+    answered is never trained with its instrument again (TrainCheck traces a run for a
+    minute): the plain run stands in for it, under the answered run's key and attempt, so
+    its answer is read back and its trace (the same: an instrument never changes the run)
+    serves the scores that read one. Its training seconds are then the plain run's.
+    """
+    answered = {}
+    if stored is not None:
+        for spec in specs:
+            attempt = stored.attempt_of(store.key(spec))
+            if attempt is not None:
+                answered[spec] = attempt
+    todo = [spec for spec in specs if spec not in answered]
+    plain = {spec: spec.with_instruments(()) for spec in answered}
+    found: dict[RunSpec, RunRecord] = {}
+    trained = 0
+    for spec, record, fresh in suite.records(
+        [*todo, *dict.fromkeys(plain.values())], store=store, engine=engine, progress=progress
+    ):
+        trained += fresh
+        found[spec] = record
+    for spec, attempt in answered.items():
+        stand_in = found[plain[spec]]
+        found[spec] = replace(stand_in, spec=spec, key=store.key(spec), attempt=attempt)
+    return [(spec, found[spec]) for spec in specs], trained
 
 
 def _score_one(diagnose: Diagnose, spec: RunSpec, record: RunRecord) -> RunResult:

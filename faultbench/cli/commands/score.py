@@ -39,6 +39,7 @@ def main(args: argparse.Namespace) -> int:
     from faultbench.reporting import resultfile
     from faultbench.reporting.provenance import other_bits_note
     from faultbench.reporting.submission import score
+    from faultbench.scoring import answers
     from faultbench.scoring.cache import reads_every_step
     from faultbench.scoring.contract import contract_of
     from faultbench.scoring.diagnosis import get_diagnoser
@@ -61,6 +62,8 @@ def main(args: argparse.Namespace) -> int:
             engine=engine,
             timeout=args.timeout,
             isolate=isolate_from(args),
+            # its answers exported as they are made: an interrupted score keeps them
+            keep_answers=folder / f"{get_diagnoser(args.diagnoser).name}{answers.SUFFIX}",
         )
     finally:
         engine.close()
