@@ -1,31 +1,48 @@
-"""``learned``: a random forest on trace features, in the spirit of DeepFD.
+"""``learned``: a random forest on trace features, in the spirit of DeepFD, held to the
+doctor's false-alarm budget.
 
-No probe: only relative quantities read off the trace (see :func:`features`).
-It trains on digits runs with seeds disjoint from every scored seed: the nine
-known faults at their canonical severities and healthy, each on the task's
-reference recipe and on a base drawn from digits' family (where the fault
-applies to it), and more healthy drawn bases, with balanced class weights, so
-that it learns the faults across designs rather than one recipe's numbers; its
-features are read off the traces as the Monitor records them by default (every
-20th step), as every run it diagnoses is. The runs are
-made through :func:`faultbench.storage.runner.ensure_records`, stored once and
-reused. The fitted forest is never pickled: refitting from the stored runs is
-deterministic and takes about a second, so it is simply refit in every process
-that needs it.
+No probe: only relative quantities read off the trace (see :func:`features`), each meaning
+the same on every kind of task (a loss against the kind's reference, a score against its
+chance level, a width against the classes scored; a feature a kind does not have reads
+:data:`NOT_APPLICABLE`). It trains on the runs of the tasks ``rules`` is tuned on (a
+classifier, a regression and a language model: :data:`TRAINING`), with seeds disjoint from
+every scored seed (0..49), the calibration seeds (1000+) and the DEFault port's (200..299):
+the known faults that apply to each task at their canonical severities and healthy, each
+on the task's reference recipe and on a base drawn from its family, and more healthy drawn
+bases, with balanced class weights, so that it learns the faults across designs rather
+than one recipe's numbers. Its features are read off the traces as the Monitor records
+them by default (every 20th step), as every run it diagnoses is.
+
+**Its alarm is held to the doctor's budget** (:data:`faultbench.scoring.budget.BUDGET`).
+The forest's vote for "healthy" on a healthy run it was fitted on says nothing, so each
+healthy drawn run of its training set is scored by a forest fitted without that run's seed
+(out-of-fold, grouped by seed); the threshold is the value of 1 - P(healthy) that at most
+that share of them exceed, per kind (:func:`faultbench.scoring.budget.calibrate`, stated
+as the doctor's are), pooled over the tuned-on kinds for a kind none of them has. A run
+below it is healthy; above it, the fault the forest votes for most, or ``unknown`` (an
+alarm that names nothing) where the forest still votes healthy first: it cannot tell which
+fault.
+
+The runs are made through :func:`faultbench.storage.runner.ensure_records`, stored once
+and reused. The fitted forests are never pickled: refitting from the stored runs is
+deterministic and takes seconds, so it is simply refit in every process that needs it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.ensemble import RandomForestClassifier
+from sklearn.model_selection import GroupKFold
 
 from faultbench.diagnosers import _features as f
 from faultbench.faults.fault import canonical_conditions
 from faultbench.faults.recipe import base_setup
-from faultbench.scoring.diagnosis import DIAGNOSERS, Diagnosis
+from faultbench.scoring.budget import ANY_KIND, BUDGET, DIGITS, Calibration, calibrate, kind_of
+from faultbench.scoring.diagnosis import DIAGNOSERS, UNKNOWN, Diagnosis
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.run import Run
 from faultbench.storage.bases import verified_bases
@@ -35,12 +52,32 @@ from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.training.engine import Engine, LocalEngine
 
-TRAIN_TASK = "digits"
-TRAIN_SEEDS = tuple(range(100, 110))  # disjoint from every scored seed (0..49) and calibration
-#: Healthy drawn bases it also learns from: one in ten of its runs would be healthy otherwise,
-#: and a forest fitted on that mix calls a third of digits' healthy drawn bases faulty.
-HEALTHY_SEEDS = tuple(range(100, 130))
-TREES = 300  # enough that the vote is stable; fits ~100 rows in well under a second
+HEALTHY = "healthy"
+
+
+@dataclass(frozen=True)
+class TrainingSeeds:
+    """One task's training runs: every applicable fault (and healthy) on ``faults``' seeds,
+    on the reference recipe and a drawn base; healthy drawn bases on ``healthy``'s, which
+    also calibrate the alarm (a kind's threshold lets floor(5% of them) exceed it)."""
+
+    faults: tuple[int, ...]
+    healthy: tuple[int, ...]
+
+
+#: The tasks it learns from, the same ``rules`` is tuned on (a test holds them equal).
+#: Seeds from 100: no scored seed (0..49), no calibration seed (1000+), none of the DEFault
+#: port's (200..299). A language model's run costs about ten of the others', so numbers has
+#: one fault seed (each fault on its reference recipe and a drawn base); every task keeps at
+#: least 20 healthy drawn bases, the fewest at which the budget lets one exceed the threshold.
+TRAINING: Mapping[str, TrainingSeeds] = {
+    "diabetes": TrainingSeeds(tuple(range(100, 110)), tuple(range(100, 130))),
+    "digits": TrainingSeeds(tuple(range(100, 110)), tuple(range(100, 130))),
+    "numbers": TrainingSeeds((100,), tuple(range(100, 120))),
+}
+TREES = 300  # enough that the vote is stable; fits a few hundred rows in about a second
+FOLDS = 5  # out-of-fold scores of the healthy runs: each scored by a forest without its seed
+NOT_APPLICABLE = -1.0  # a feature the run's kind does not have (below every real value)
 FEATURES = (
     "log_first_loss_over_ln_c",
     "end_loss_over_ln_c",
@@ -84,6 +121,20 @@ def _above(score: float, chance: float) -> float:
     return (score - chance) / (1.0 - chance) if chance < 1.0 else math.nan
 
 
+def _or_not_applicable(value: float) -> float:
+    return value if math.isfinite(value) else NOT_APPLICABLE
+
+
+def _width_over_classes(run: Run) -> float:
+    """The fewest values a hidden layer passes on, per class scored: a classifier's (or a
+    language model's, per token) bottleneck. Not applicable to a kind without classes: a
+    regression's single output bounds nothing, and an autoencoder's code is narrow by design."""
+    widths = f.carried_widths(run)
+    if not f.is_classes(run) or not widths:
+        return NOT_APPLICABLE
+    return min(widths) / f.n_classes(run)
+
+
 def features(run: Run) -> np.ndarray:
     """The run's feature vector, in the order of :data:`FEATURES`; always finite."""
     lnc, chance = f.ln_c(run), f.chance(run)
@@ -92,14 +143,14 @@ def features(run: Run) -> np.ndarray:
     lowest = float(losses.min()) if len(losses) else math.nan
     first = f.first_loss(run)
     changes = [v for v in run.trace.weight_change.values() if math.isfinite(v)]
-    widths = f.hidden_widths(run)
+    train, val = _above(f.final_train_acc(run), chance), _above(f.final_val_acc(run), chance)
     values = [
         _log(first / lnc if math.isfinite(first) else 1e6),
         end / lnc,
-        lowest / f.probability_floor(run),
-        _above(f.final_train_acc(run), chance),
-        _above(f.final_val_acc(run), chance),
-        f.final_train_acc(run) - f.final_val_acc(run),
+        _or_not_applicable(lowest / f.probability_floor(run)),  # NaN: a squared error's
+        train,
+        val,
+        train - val,  # both above chance: a gap in the same units for every kind
         float(run.trace.wait_share > STARVING),
         max(f.no_grad_share(run).values(), default=0.0),
         _log(min(changes, default=0.0)),
@@ -109,63 +160,142 @@ def features(run: Run) -> np.ndarray:
         f.spike_share(run),
         f.nonfinite_share(run),
         f.inactive_share(run),
-        (min(widths) if widths else 0) / f.n_classes(run),
+        _width_over_classes(run),
     ]
     return np.array([_finite(v) for v in values], dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class Example:
+    """One training run as the forest sees it."""
+
+    x: np.ndarray  # its features
+    label: str  # its condition
+    seed: int  # its seed: out-of-fold scores hold whole seeds out
+    kind: str  # what its task predicts (the kind its alarm is calibrated on)
+    calibrates: bool  # a healthy run on a drawn base: the population the budget is met on
+
+
+def _forest() -> RandomForestClassifier:
+    # Balanced class weights: many faults against one healthy class, which a practitioner
+    # runs it on most often.
+    return RandomForestClassifier(
+        n_estimators=TREES, random_state=0, n_jobs=1, class_weight="balanced"
+    )
+
+
+def _healthy_share(forest: RandomForestClassifier, X: np.ndarray) -> np.ndarray:
+    """P(healthy) per row (0 where the forest never saw a healthy run)."""
+    classes = list(forest.classes_)
+    if HEALTHY not in classes:
+        return np.zeros(len(X))
+    return forest.predict_proba(X)[:, classes.index(HEALTHY)]
+
+
+def out_of_fold_alarm_scores(examples: Sequence[Example]) -> np.ndarray:
+    """1 - P(healthy) for every example, each from a forest fitted without its seed's runs
+    (in-sample where there is a single seed, and no fold to hold out)."""
+    X = np.stack([e.x for e in examples])
+    y = np.array([e.label for e in examples])
+    seeds = np.array([e.seed for e in examples])
+    folds = min(FOLDS, len(set(seeds.tolist())))
+    if folds < 2:
+        return 1.0 - _healthy_share(_forest().fit(X, y), X)
+    scores = np.empty(len(examples))
+    for fit_rows, held_rows in GroupKFold(n_splits=folds).split(X, y, seeds):
+        forest = _forest().fit(X[fit_rows], y[fit_rows])
+        scores[held_rows] = 1.0 - _healthy_share(forest, X[held_rows])
+    return scores
+
+
+def calibrate_alarm(examples: Sequence[Example]) -> dict[str, Calibration]:
+    """Kind -> the alarm's calibration on that kind's healthy drawn training runs, at the
+    doctor's budget, and :data:`ANY_KIND` -> on all of them (for a kind none has). A forest
+    fitted on no drawn base (a test's, on reference recipes) calibrates on its healthy runs."""
+    scores = out_of_fold_alarm_scores(examples)
+    drawn = any(e.calibrates for e in examples)
+    healthy = [
+        (e.kind, s)
+        for e, s in zip(examples, scores, strict=True)
+        if (e.calibrates if drawn else e.label == HEALTHY)
+    ]
+    kinds = sorted({kind for kind, _ in healthy})
+    found = {
+        k: calibrate("learned", k, [s for kind, s in healthy if kind == k], BUDGET) for k in kinds
+    }
+    found[ANY_KIND] = calibrate("learned", ANY_KIND, [s for _, s in healthy], BUDGET)
+    return found
+
+
 class LearnedDiagnoser:
-    """A random forest over :func:`features`, fitted on digits runs on first use."""
+    """A random forest over :func:`features`, fitted on the tuned-on tasks' runs on first
+    use, its alarm calibrated to the doctor's false-alarm budget."""
 
     name = "learned"
     probes = False  # reads the trace alone
-    tuned_on: frozenset[str] | set[str] = frozenset({TRAIN_TASK})
+    tuned_on: frozenset[str] = frozenset(TRAINING)  # the tasks whose runs fit and calibrate it
 
     def __init__(
         self,
-        seeds: Sequence[int] = TRAIN_SEEDS,
+        training: Mapping[str, TrainingSeeds] = TRAINING,
         store: Store | str | None = None,
         engine: Engine | None = None,
     ) -> None:
-        self.seeds = tuple(seeds)
+        self.training = dict(training)
         self.store = store
         self.engine = engine
         self._forest: RandomForestClassifier | None = None
+        self._alarm: dict[str, Calibration] = {}
+        self.tuned_on = frozenset(self.training)
 
     def fit(self, records: Iterable[RunRecord]) -> LearnedDiagnoser:
-        """Fit the forest on stored runs (their conditions are the labels)."""
-        task = get_task(TRAIN_TASK)
+        """Fit the forest on stored runs (their conditions are the labels) and calibrate
+        its alarm on the healthy drawn ones."""
         usable = sorted(
             (r for r in records if r.ok and r.trace is not None),
-            key=lambda r: (r.spec.condition.name, r.spec.seed, r.spec.folder),  # fixes the fit
-        )
-        X = np.stack([features(run_for(r, task)) for r in usable])
-        y = [r.spec.condition.name for r in usable]
-        # Balanced class weights: nine faults against one healthy class, which a practitioner
-        # runs it on most often.
-        forest = RandomForestClassifier(
-            n_estimators=TREES, random_state=0, n_jobs=1, class_weight="balanced"
-        )
-        self._forest = forest.fit(X, y)
+            key=lambda r: (r.spec.task, r.spec.condition.name, r.spec.seed, r.spec.folder),
+        )  # the order fixes the fit
+        examples = [self._example(r) for r in usable]
+        X = np.stack([e.x for e in examples])
+        self._forest = _forest().fit(X, [e.label for e in examples])
+        self._alarm = calibrate_alarm(examples)
         return self
 
+    @staticmethod
+    def _example(record: RunRecord) -> Example:
+        run = run_for(record, get_task(record.spec.task))
+        spec = record.spec
+        calibrates = not spec.condition.faults and spec.design is not None
+        return Example(features(run), spec.condition.name, spec.seed, kind_of(run), calibrates)
+
+    def _specs(self, task_name: str, store: Store, engine: Engine) -> list[RunSpec]:
+        task, seeds = get_task(task_name), self.training[task_name]
+        every = sorted({*seeds.faults, *seeds.healthy})
+        bases = verified_bases(task, every, store=store, engine=engine)
+        return [
+            RunSpec(task.name, task.fingerprint, cond, seed, design)
+            for cond in canonical_conditions(task=task)
+            for seed in every
+            for design in (None, bases[seed].design)
+            if (seed in seeds.faults or (not cond.faults and design is not None))
+            and not cond.why_not(base_setup(task, seed, design))
+        ]
+
     def training_records(self) -> list[RunRecord]:
-        """The digits runs it learns from, trained now if not stored yet."""
-        task = get_task(TRAIN_TASK)
+        """The tuned-on tasks' runs it learns from, trained now if not stored yet."""
         store = self.store if isinstance(self.store, Store) else Store(self.store)
         engine = self.engine or LocalEngine()
         try:
-            seeds = sorted({*self.seeds, *HEALTHY_SEEDS})
-            bases = verified_bases(task, seeds, store=store, engine=engine)
-            specs = [
-                RunSpec(task.name, task.fingerprint, cond, seed, design)
-                for cond in canonical_conditions()
-                for seed in seeds
-                for design in (None, bases[seed].design)
-                if (seed in self.seeds or (not cond.faults and design is not None))
-                and not cond.why_not(base_setup(task, seed, design))
-            ]
-            return [rec for _, rec, _ in ensure_records(specs, task, store=store, engine=engine)]
+            records = []
+            for name in sorted(self.training):
+                specs = self._specs(name, store, engine)
+                records += [
+                    rec
+                    for _, rec, _ in ensure_records(
+                        specs, get_task(name), store=store, engine=engine
+                    )
+                ]
+            return records
         finally:
             if self.engine is None:
                 engine.close()
@@ -184,15 +314,34 @@ class LearnedDiagnoser:
                 self.engine = engine
             self.fit(self.training_records())
 
+    def alarm_calibration(self, run: Run) -> Calibration:
+        """The calibration the run's alarm is judged against: its kind's, else the pooled."""
+        self.prepare()
+        return self._alarm.get(kind_of(run)) or self._alarm[ANY_KIND]
+
     def diagnose(self, run: Run) -> Diagnosis:
-        """The forest's vote, with its share of trees as confidence."""
+        """Healthy unless 1 - P(healthy) exceeds the calibrated threshold; then the fault
+        the forest votes for most, or ``unknown`` where it still votes healthy first."""
         self.prepare()
         assert self._forest is not None
         x = features(run)
-        proba = self._forest.predict_proba(x.reshape(1, -1))[0]
-        best = int(np.argmax(proba))
-        evidence = {name: float(v) for name, v in zip(FEATURES, x, strict=True)}
-        return Diagnosis(str(self._forest.classes_[best]), float(proba[best]), evidence)
+        proba = dict(zip(self._forest.classes_, self._forest.predict_proba(x.reshape(1, -1))[0]))
+        # As the calibration stores it: a healthy run scored at the threshold stays healthy.
+        score = float(f"{1.0 - proba.get(HEALTHY, 0.0):.{DIGITS}g}")
+        alarm = self.alarm_calibration(run)
+        evidence = {
+            **{name: float(v) for name, v in zip(FEATURES, x, strict=True)},
+            "alarm_score": score,
+            "threshold": alarm.threshold,
+            "healthy_tail": alarm.tail(score),  # share of calibration runs scored as high
+            "calibrated_on": f"{alarm.kind}: {len(alarm.healthy)} healthy drawn runs",
+        }
+        if score <= alarm.threshold:
+            return Diagnosis(HEALTHY, float(proba.get(HEALTHY, 0.0)), evidence)
+        fault, share = max(((c, p) for c, p in proba.items() if c != HEALTHY), key=lambda cp: cp[1])
+        if share < proba.get(HEALTHY, 0.0):
+            return Diagnosis(UNKNOWN, None, evidence)
+        return Diagnosis(str(fault), float(share), evidence)
 
 
 DIAGNOSERS.add("learned", LearnedDiagnoser)
