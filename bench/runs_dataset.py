@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def _replicated(store: Path, times: int, out: Path) -> Path:
-    from faultbench.storage.dataset import export
+    from faultbench.storage.export import export
     from faultbench.storage.store import Store
 
     records = Store(store, runs=None).records()

@@ -15,7 +15,8 @@ import pytest
 from faultbench.cli.main import main as cli
 from faultbench.core.errors import FaultbenchError
 from faultbench.scoring.evaluate import evaluate
-from faultbench.storage.dataset import MANIFEST, RunsDataset, export
+from faultbench.storage.dataset import MANIFEST, RunsDataset
+from faultbench.storage.export import export
 from faultbench.storage.records import RunRecord, dumps
 from faultbench.storage.store import Store
 
@@ -215,3 +216,10 @@ def test_a_score_stopped_half_way_keeps_the_answers_it_made(
     kept = pq.read_table(results / "diagnosers" / "rules.answers.parquet").to_pandas()
     assert len(kept) == len(_records(trained)) and set(kept["status"]) == {"ok"}
     assert not (results / "diagnosers" / "rules.json").exists()  # no result file yet
+
+
+def test_the_cli_offers_the_tiers_the_dataset_has():
+    from faultbench.cli.commands import runs as command
+    from faultbench.storage import dataset
+
+    assert set(command.TIERS) == set(dataset.TIERS)

@@ -141,7 +141,7 @@ def _export(args: argparse.Namespace) -> int:
     import time
 
     from faultbench.reporting.provenance import processor_vendor
-    from faultbench.storage.dataset import export
+    from faultbench.storage.export import export
     from faultbench.storage.store import Store
 
     start = time.perf_counter()
