@@ -39,8 +39,8 @@ def features(loss, val_acc, grad_norms, chance, start_loss):
 
 
 def _run_features(rows, config):
-    """features() of one run: its rows of the traces table and its config (JSON; NaN is
-    written {"$float": "nan"})."""
+    """features() of one run: its rows of the traces table, its config (JSON: NaN as
+    {"$float": "nan"})."""
     get = lambda series: np.array(list(rows[rows.series == series]["values"]), dtype=float)  # noqa: E731
     c = json.loads(config, object_hook=lambda d: float(d["$float"]) if "$float" in d else d)
     return features(
@@ -50,12 +50,12 @@ def _run_features(rows, config):
 
 def read_dataset(folder):
     """(X, y) of the tuned-on tasks' grid runs with one known fault or none."""
-    tuned_on = [("task", "in", sorted(TUNED_ON))]
-    runs = pd.read_parquet(f"{folder}/runs", filters=tuned_on)
+    tuned_on = ("task", "in", sorted(TUNED_ON))
+    runs = pd.read_parquet(f"{folder}/runs", filters=[tuned_on])
     known = set(fb.condition_names())  # held-out faults are named to no diagnoser
     runs = runs[(runs.suite == "grid") & (runs.status == "ok") & runs.fault.isin(known)]
-    traces = pd.read_parquet(f"{folder}/traces", filters=tuned_on)
-    traces = dict(list(traces[traces.series.isin(SERIES)].groupby("key", observed=True)))
+    traces = pd.read_parquet(f"{folder}/traces", filters=[tuned_on, ("series", "in", SERIES)])
+    traces = dict(list(traces.groupby("key", observed=True)))
     X = [_run_features(traces[key], config) for key, config in zip(runs.key, runs.config)]
     return np.array(X), runs.fault.to_numpy()
 
@@ -85,9 +85,4 @@ class TracesForest:
 
 if __name__ == "__main__":
     folder = sys.argv[1] if len(sys.argv) > 1 else "results/runs"
-    forest = fitted(folder)
-    print(
-        f"fitted on the runs of {', '.join(sorted(TUNED_ON))}; labels: {' '.join(forest.classes_)}"
-    )
-    print(f"score it: FAULTBENCH_RUNS={folder} faultbench run --task friedman \\")
-    print("    --diagnoser examples.train_a_diagnoser:TracesForest")
+    print(f"fitted on {sorted(TUNED_ON)}; labels: {' '.join(fitted(folder).classes_)}")
