@@ -40,23 +40,7 @@ def test_every_fault_has_a_rule() -> None:
     assert set(RULE_OF) == set(CLASSIFIER_FAULTS)
 
 
-#: The canonical starved digits run waits about 0.82 of its step, and the healthy drawn runs
-#: of the tuned-on tasks wait up to 0.87 since the loader became a family axis (a one-worker
-#: DataLoader before a sub-millisecond model): the budget keeps the rule silent there. A
-#: measured finding left open for a design decision (issue 38's note); strict, so that the
-#: test fails once the rule fires again.
-HIDDEN_BY_THE_BUDGET = pytest.mark.xfail(
-    strict=True, reason="starved_loader: wait share below the healthy loaders' (budget.csv)"
-)
-
-
-def _marked(faults: list[str]) -> list:
-    return [
-        pytest.param(f, marks=HIDDEN_BY_THE_BUDGET) if f == "starved_loader" else f for f in faults
-    ]
-
-
-@pytest.mark.parametrize("fault", _marked(list(CLASSIFIER_FAULTS)))
+@pytest.mark.parametrize("fault", CLASSIFIER_FAULTS)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_rule_fires_on_its_fault(digits_grid, fault: str, seed: int) -> None:
     finding = RULE_OF[fault](_run(digits_grid, fault, seed))
@@ -107,7 +91,7 @@ def test_probe_cannot_memorize_through_a_softmax_head(digits_grid) -> None:
     assert memo.best_loss >= _features.softmax_floor(10) * (1 - rules.FLOOR_SLACK)
 
 
-@pytest.mark.parametrize("name", _marked(list(DIGITS_CONDITIONS)))
+@pytest.mark.parametrize("name", DIGITS_CONDITIONS)
 def test_rules_names_each_canonical_condition(digits_grid, name: str) -> None:
     diagnoser = get_diagnoser("rules")
     for seed in SEEDS:
