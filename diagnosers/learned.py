@@ -23,6 +23,12 @@ below it is healthy; above it, the fault the forest votes for most, or ``unknown
 alarm that names nothing) where the forest still votes healthy first: it cannot tell which
 fault.
 
+Its limit is the one a learned diagnoser fitted on few programs has (docs/method.md,
+"Training on the runs dataset"): a feature relative to the kind (a score above chance, a
+loss against the kind's reference) still carries what the task lets a healthy run reach,
+and one regression (diabetes, R² about 0.35) says little about another (friedman, about
+0.9): the threshold holds the budget on the tuned-on tasks, not on a held-out one.
+
 The runs are made through :func:`faultbench.storage.runner.ensure_records`, stored once
 and reused. The fitted forests are never pickled: refitting from the stored runs is
 deterministic and takes seconds, so it is simply refit in every process that needs it.
