@@ -104,12 +104,19 @@ FEATURES = (
 )
 
 
-#: Whether the run waited for data more than this share of its step time. The share is
-#: wall-clock time, which moves a little from one training of a run to the next: as a
-#: number it moved the forest's splits, so two cold reports' fits disagreed on 24 of 2,415
-#: answers. Digits (a cold report's runs): the other runs wait at most 0.08 of the time,
-#: the starved ones at least 0.16; the mark sits between.
-STARVING = 0.12
+def waiting_mark(runs: Iterable[Run]) -> float:
+    """The share of its step time a run may wait for data and still read as not starving:
+    the longest any of ``runs`` (the healthy runs it is fitted on) waited, NaN with none.
+
+    The ``starving`` feature is a mark against it, not the share itself: the share is
+    wall-clock time, which moves a little from one training of a run to the next, and as a
+    number it moved the forest's splits (two cold reports' fits disagreed on 24 of 2,415
+    answers). Measured on the training runs rather than set on digits: a tiny model's
+    healthy steps wait a larger share of their time (diabetes' up to a quarter on a loaded
+    machine, where digits' wait a tenth), and a mark set on digits (0.12) called a fifth of
+    diabetes' healthy runs starved."""
+    shares = [run.trace.wait_share for run in runs if math.isfinite(run.trace.wait_share)]
+    return max(shares, default=math.nan)
 
 
 def _log(value: float, floor: float = 1e-12) -> float:
@@ -141,8 +148,9 @@ def _width_over_classes(run: Run) -> float:
     return min(widths) / f.n_classes(run)
 
 
-def features(run: Run) -> np.ndarray:
-    """The run's feature vector, in the order of :data:`FEATURES`; always finite."""
+def features(run: Run, waiting: float) -> np.ndarray:
+    """The run's feature vector, in the order of :data:`FEATURES`, with ``waiting`` the
+    :func:`waiting_mark` (NaN: none, never starving); always finite."""
     lnc, chance = f.ln_c(run), f.chance(run)
     losses = f.finite_losses(run)
     end = float(np.mean(losses[-max(1, len(losses) // 10) :])) if len(losses) else math.nan
@@ -157,7 +165,7 @@ def features(run: Run) -> np.ndarray:
         train,
         val,
         train - val,  # both above chance: a gap in the same units for every kind
-        float(run.trace.wait_share > STARVING),
+        float(run.trace.wait_share > waiting),  # NaN compares False
         max(f.no_grad_share(run).values(), default=0.0),
         _log(min(changes, default=0.0)),
         _log(f.grad_growth(run)),
@@ -252,6 +260,7 @@ class LearnedDiagnoser:
         self.engine = engine
         self._forest: RandomForestClassifier | None = None
         self._alarm: dict[str, Calibration] = {}
+        self.waiting = math.nan  # the waiting mark of its training runs (waiting_mark)
         self.tuned_on = frozenset(self.training)
 
     def fit(self, records: Iterable[RunRecord]) -> LearnedDiagnoser:
@@ -261,18 +270,27 @@ class LearnedDiagnoser:
             (r for r in records if r.ok and r.trace is not None),
             key=lambda r: (r.spec.task, r.spec.condition.name, r.spec.seed, r.spec.folder),
         )  # the order fixes the fit
-        examples = [self._example(r) for r in usable]
+        runs = [run_for(r, get_task(r.spec.task)) for r in usable]
+        self.waiting = waiting_mark(
+            run for r, run in zip(usable, runs, strict=True) if not r.spec.condition.faults
+        )
+        examples = [self._example(r, run) for r, run in zip(usable, runs, strict=True)]
         X = np.stack([e.x for e in examples])
         self._forest = _forest().fit(X, [e.label for e in examples])
         self._alarm = calibrate_alarm(examples)
         return self
 
-    @staticmethod
-    def _example(record: RunRecord) -> Example:
-        run = run_for(record, get_task(record.spec.task))
+    def features(self, run: Run) -> np.ndarray:
+        """:func:`features` of ``run`` against the waiting mark of its training runs."""
+        self.prepare()
+        return features(run, self.waiting)
+
+    def _example(self, record: RunRecord, run: Run) -> Example:
         spec = record.spec
         calibrates = not spec.condition.faults and spec.design is not None
-        return Example(features(run), spec.condition.name, spec.seed, kind_of(run), calibrates)
+        return Example(
+            features(run, self.waiting), spec.condition.name, spec.seed, kind_of(run), calibrates
+        )
 
     def _specs(self, task_name: str, store: Store, engine: Engine) -> list[RunSpec]:
         task, seeds = get_task(task_name), self.training[task_name]
@@ -330,7 +348,7 @@ class LearnedDiagnoser:
         the forest votes for most, or ``unknown`` where it still votes healthy first."""
         self.prepare()
         assert self._forest is not None
-        x = features(run)
+        x = self.features(run)
         proba = dict(zip(self._forest.classes_, self._forest.predict_proba(x.reshape(1, -1))[0]))
         # As the calibration stores it: a healthy run scored at the threshold stays healthy.
         score = float(f"{1.0 - proba.get(HEALTHY, 0.0):.{DIGITS}g}")
@@ -341,6 +359,7 @@ class LearnedDiagnoser:
             "threshold": alarm.threshold,
             "healthy_tail": alarm.tail(score),  # share of calibration runs scored as high
             "calibrated_on": f"{alarm.kind}: {len(alarm.healthy)} healthy drawn runs",
+            "waiting_mark": self.waiting if math.isfinite(self.waiting) else None,
         }
         if score <= alarm.threshold:
             return Diagnosis(HEALTHY, float(proba.get(HEALTHY, 0.0)), evidence)

@@ -63,23 +63,31 @@ def test_it_is_tuned_on_the_tasks_rules_is() -> None:
 
 
 @pytest.mark.parametrize("name", DIGITS_CONDITIONS)
-def test_features_are_finite_and_complete(digits_grid, name: str) -> None:
-    x = features(run_for(digits_grid[(name, 0)], get_task("digits")))
+def test_features_are_finite_and_complete(fitted: LearnedDiagnoser, digits_grid, name: str) -> None:
+    x = fitted.features(run_for(digits_grid[(name, 0)], get_task("digits")))
     assert x.shape == (len(FEATURES),)
     assert np.all(np.isfinite(x))
 
 
-@pytest.mark.parametrize("name", DIGITS_CONDITIONS)
-def test_waiting_is_a_mark_not_the_wall_clock_share(digits_grid, name: str) -> None:
-    """A run's wait share moves between two trainings of it; the feature does not."""
-    for seed in range(3):
-        run = run_for(digits_grid[(name, seed)], get_task("digits"))
-        mark = features(run)[FEATURES.index("starving")]
-        assert mark == (1.0 if name == "starved_loader" else 0.0), run.trace.wait_share
+def test_waiting_is_a_mark_against_the_healthy_runs_it_was_fitted_on(
+    fitted: LearnedDiagnoser, digits_grid
+) -> None:
+    """A run's wait share moves between two trainings of it; the feature does not: it says
+    whether the run waited longer than every healthy run the forest was fitted on."""
+    task = get_task("digits")
+    healthy = [run_for(digits_grid[("healthy", seed)], task).trace.wait_share for seed in (0, 1)]
+    assert fitted.waiting == max(healthy)
+    for (name, seed), record in digits_grid.items():
+        mark = fitted.features(run_for(record, task))[FEATURES.index("starving")]
+        assert mark in (0.0, 1.0)
+        if name == "starved_loader":
+            assert mark == 1.0, (seed, fitted.waiting)
+        if name == "healthy" and seed < 2:
+            assert mark == 0.0
 
 
 def test_features_of_a_diverged_run_are_finite() -> None:
-    x = features(make_run("healthy", diverged=True))
+    x = features(make_run("healthy", diverged=True), math.nan)
     assert np.all(np.isfinite(x))
     assert x[FEATURES.index("nonfinite_share")] > 0
 
@@ -92,7 +100,7 @@ def test_a_regression_has_no_class_features(tmp_path) -> None:
     [(_, record, _)] = ensure_records(
         [spec], task, store=Store(tmp_path, runs=None), engine=SerialEngine()
     )
-    x = features(run_for(record, task))
+    x = features(run_for(record, task), math.nan)
     assert np.all(np.isfinite(x))
     assert x[FEATURES.index("min_loss_over_probability_floor")] == NOT_APPLICABLE
     assert x[FEATURES.index("min_width_over_classes")] == NOT_APPLICABLE
