@@ -318,3 +318,18 @@ def test_a_run_answered_with_its_instrument_is_never_trained_with_it_again(
     assert [(r.condition, r.predicted, r.key) for r in again.results] == [
         (r.condition, r.predicted, r.key) for r in first.results
     ]
+
+
+def test_a_threshold_measured_again_rekeys_the_answers_that_read_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The doctor's budget is data (budget.csv beside budget.py): remeasured, the answers of
+    # the diagnosers that read it are made again, and no other's.
+    original = cache.source_files()["faultbench/scoring/budget.py"]
+    copy = tmp_path / "budget.py"
+    copy.write_text(original.read_text(encoding="utf-8"))
+    (tmp_path / "budget.csv").write_text(original.with_name("budget.csv").read_text() + "\n")
+    before = _keys(monkeypatch, {})
+    after = _keys(monkeypatch, {"faultbench/scoring/budget.py": copy})
+    changed = {n for n in SHIPPED if after[n] != before[n]}
+    assert "doctor" in changed and "umlaut" not in changed and "always-healthy" not in changed

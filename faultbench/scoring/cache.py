@@ -103,6 +103,13 @@ def source_files() -> dict[str, Path]:
     return dict(sorted(files.items()))
 
 
+#: Data files a module reads what it answers with (beside it): measured thresholds, inferred
+#: invariants. Their bytes key the answers of every diagnoser that runs through the module.
+DATA = {
+    "faultbench/scoring/budget.py": ("budget.csv",),
+    "faultbench.diagnosers/traincheck_tool.py": ("traincheck_invariants.json",),
+}
+
 #: The modules every diagnosis goes through, whatever the diagnoser: how a run is planned,
 #: handed to it (in a worker or not) and its answer checked. An edit to any of them, or to
 #: what they import, re-keys every diagnoser's answers.
@@ -209,6 +216,8 @@ def diagnosis_code(module: str | None = None) -> str:
     for relative, path in files.items():
         code = code_text(path.read_text(encoding="utf-8"))
         digest.update(f"{relative}\0{code}\0".encode())
+        for data in DATA.get(relative, ()):  # a file the module reads its numbers from
+            digest.update(f"{data}\0".encode() + path.with_name(data).read_bytes() + b"\0")
     for name in LIBRARIES:
         try:
             version = metadata.version(name)
