@@ -96,8 +96,8 @@ def batches(
         # global one it would move the random state a step's dropout draws from between
         # two steps (an instrument that replays a step's forward restores that state).
         own = torch.Generator().manual_seed(seed)
-        stream = DataLoader(TensorDataset(*tensors), None, sampler=whole, generator=own)
-        return _as_batches(_epochs(stream))
+        indexed = DataLoader(TensorDataset(*tensors), None, sampler=whole, generator=own)
+        return _as_batches(_epochs(indexed))
     if loader == "dataset":
         rows = DataLoader(
             BatchedRows(X, y, codes),
@@ -112,8 +112,8 @@ def batches(
         raise unknown_name("loader", loader, LOADERS)
     shards = EndlessShards(len(y), size, SHARD_BATCHES, order)
     own = torch.Generator().manual_seed(seed)  # as the dataloader's: none of the global state
-    rows = BatchedRows(X, y, codes)
-    stream = iter(worker_loader(rows, batch_sampler=shards, collate_fn=_as_is, generator=own))
+    batched = BatchedRows(X, y, codes)
+    stream = iter(worker_loader(batched, batch_sampler=shards, collate_fn=_as_is, generator=own))
     # Set up as the model is: the worker starts and hands its first shard over before the
     # first step (a run here computes for a third of a second, a real one for hours, over
     # which a worker's start of 50-100 ms is nothing); from there on it prefetches.
