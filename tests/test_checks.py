@@ -15,8 +15,18 @@ from faultbench.scoring.diagnosis import Diagnosis, diagnoser_names, get_diagnos
 from faultbench.scoring.run import Run
 from faultbench.tools.checks import CHECKS, CheckFailed, check_ignores_condition, run_checks
 
-# ``learned`` trains its own runs on first use; it is checked in test_learned.py.
-SHIPPED = [name for name in diagnoser_names() if name != "learned"]
+# A learned diagnoser (one with a ``prepare``) trains its own runs on first use, minutes here:
+# each is checked in its own module on a small training set (test_learned.py,
+# test_defaultdiag.py).
+LEARNED = ("learned", "default-port")
+SHIPPED = [name for name in diagnoser_names() if name not in LEARNED]
+
+
+def test_every_diagnoser_with_its_own_training_runs_is_checked_elsewhere() -> None:
+    from faultbench.scoring.contract import contract_of
+
+    trains = {n for n in diagnoser_names() if contract_of(get_diagnoser(n)).prepare is not None}
+    assert trains == set(LEARNED)
 
 
 class ReadsTheStore:

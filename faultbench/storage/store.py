@@ -54,7 +54,7 @@ class Store:
         root: The directory; :func:`default_root` when omitted.
         runs: The runs dataset it stands on: a folder, an open one, None for none, or
             "default" (:func:`faultbench.storage.dataset.default_runs`: ``$FAULTBENCH_RUNS``,
-            else the checkout's ``results/runs/``).
+            else the checkout's ``results/runs-full/`` or ``results/runs/``).
     """
 
     def __init__(
@@ -66,6 +66,9 @@ class Store:
         self.root = Path(root) if root is not None else default_root()
         self.runs = runs if isinstance(runs, RunsDataset) or runs is None else open_runs(runs)
         self._shipped: dict[RunSpec, RunRecord] = {}  # records read from the dataset
+        # Specs whose dataset attempt this store has no copy of: a store's attempts are
+        # trained here, never the dataset's, so one looked for once is not looked for again.
+        self._no_copy: set[RunSpec] = set()
         self.notes: list[str] = []  # problems met while reading, for the user to see
         # Records already read, by file and its size and change time: a report reads
         # each run once per diagnoser, and an attempt file, once written, never changes.
@@ -215,12 +218,14 @@ class Store:
                 return None
             self._shipped[spec] = record
         record = self._shipped[spec]
+        if spec in self._no_copy:
+            return record
         same = self.spec_dir(spec) / record.key / f"{record.attempt}.json"
-        if same.exists():
-            local = self._read(same, spec, copy=False)
-            if local is not None and local.ok == record.ok:
-                self._found[spec] = same
-                return local
+        local = self._read(same, spec, copy=False) if same.exists() else None
+        if local is not None and local.ok == record.ok:
+            self._found[spec] = same
+            return local
+        self._no_copy.add(spec)
         return record
 
     def _kept(self, path: Path) -> RunRecord | None:
