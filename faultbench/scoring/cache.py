@@ -243,6 +243,9 @@ class DiagnosisCache:
     def table(self) -> answers.AnswerTable:
         """The answer table (opened once per process)."""
         folder = self.store.root / answers.FOLDER / self.diagnoser / self.code
+        known = answers.TABLES.get((folder, self.code))  # asked per answer: no file look-up
+        if known is not None:
+            return known
         return answers.table(folder, self.code, shipped_answers(self.store, self.diagnoser))
 
     def _index(self, record: RunRecord) -> answers.Index:
