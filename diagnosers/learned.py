@@ -51,7 +51,7 @@ from faultbench.scoring.budget import ANY_KIND, BUDGET, DIGITS, Calibration, cal
 from faultbench.scoring.diagnosis import DIAGNOSERS, UNKNOWN, Diagnosis
 from faultbench.scoring.evaluate import run_for
 from faultbench.scoring.run import Run
-from faultbench.storage.bases import verified_bases
+from faultbench.storage.bases import DATA_BOUND, verified_bases
 from faultbench.storage.records import RunRecord, RunSpec
 from faultbench.storage.runner import ensure_records
 from faultbench.storage.store import Store
@@ -114,9 +114,12 @@ def waiting_mark(runs: Iterable[Run]) -> float:
     answers). Measured on the training runs rather than set on digits: a tiny model's
     healthy steps wait a larger share of their time (diabetes' up to a quarter on a loaded
     machine, where digits' wait a tenth), and a mark set on digits (0.12) called a fifth of
-    diabetes' healthy runs starved."""
+    diabetes' healthy runs starved. Never below half the bound of data-bound
+    (:data:`~faultbench.storage.bases.DATA_BOUND`), under which the family keeps every
+    healthy run: with few training runs the longest wait is one busy moment's, and a
+    healthy run of a suite on both cores waited longer than the two it was fitted on."""
     shares = [run.trace.wait_share for run in runs if math.isfinite(run.trace.wait_share)]
-    return max(shares, default=math.nan)
+    return max(*shares, DATA_BOUND / 2) if shares else math.nan
 
 
 def _log(value: float, floor: float = 1e-12) -> float:
