@@ -281,6 +281,19 @@ class SourceCheck:
         return "label {}, mechanism {}".format(*verdicts)
 
 
+#: The source check of a case written before issue 51's round (issue 31) and audited in
+#: issue 40: issue 51 read again only the cases of the round before it.
+AUDITED_BEFORE = SourceCheck(
+    read=(
+        "not read again in issue 51, which checked the cases added in the round before it: this "
+        "case was written for issue 31 from its source, and its label, texts, effect and twin "
+        "were audited in issue 40 (realbugs/README.md, 'What issue 40 fixed')."
+    ),
+    label="not checked: not read again in issue 51 (issue 40's audit kept or changed it).",
+    mechanism="not checked: not read again in issue 51.",
+)
+
+
 @dataclass(frozen=True)
 class Case:
     """One real bug, read off its module (see the module docstring)."""

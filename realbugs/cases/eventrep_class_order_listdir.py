@@ -7,7 +7,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
-from faultbench.realbugs.case import SourceCheck
+from faultbench.realbugs.case import AUDITED_BEFORE
 
 SOURCE = "https://github.com/uzh-rpg/rpg_event_representation_learning/issues/2"
 REPORTED = "Validation accuracy is much lower than expected."
@@ -39,15 +39,7 @@ REENACTED_EFFECT = (
     "training fits while validation accuracy is 0.092 (gap 0.84); the twin validates at 0.933"
 )
 OBSERVED = True
-SOURCE_CHECK = SourceCheck(
-    read=(
-        "not read again in issue 51, which checked the cases added in the round before it: this "
-        "case was written for issue 31 from its source, and its label, texts, effect and twin "
-        "were audited in issue 40 (realbugs/README.md, 'What issue 40 fixed')."
-    ),
-    label="not checked: not read again in issue 51 (issue 40's audit kept or changed it).",
-    mechanism="not checked: not read again in issue 51.",
-)
+SOURCE_CHECK = AUDITED_BEFORE  # issue 40's audit; not read again in issue 51
 TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 6
 FOLDERS = [f"class_{name}" for name in "abcdefghij"]  # one folder per digit

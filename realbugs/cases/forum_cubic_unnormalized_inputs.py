@@ -6,7 +6,7 @@ from torch.nn import functional as F
 
 from faultbench import Monitor
 from faultbench.realbugs import OWN, Reference, Symptom, kit
-from faultbench.realbugs.case import SourceCheck
+from faultbench.realbugs.case import AUDITED_BEFORE
 
 SOURCE = (
     "https://discuss.pytorch.org/t/neural-network-could-not-learn-on-this-type-of-data-why/96648/5"
@@ -39,15 +39,7 @@ FIDELITY_CODE = OWN
 REPORTED_EFFECT = "none given: the network could not learn the data"
 REENACTED_EFFECT = "the loss ends at 1.000 of its start, R² -0.78; the twin's at 0.019, R² 0.992"
 OBSERVED = True
-SOURCE_CHECK = SourceCheck(
-    read=(
-        "not read again in issue 51, which checked the cases added in the round before it: this "
-        "case was written for issue 31 from its source, and its label, texts, effect and twin "
-        "were audited in issue 40 (realbugs/README.md, 'What issue 40 fixed')."
-    ),
-    label="not checked: not read again in issue 51 (issue 40's audit kept or changed it).",
-    mechanism="not checked: not read again in issue 51.",
-)
+SOURCE_CHECK = AUDITED_BEFORE  # issue 40's audit; not read again in issue 51
 TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 300
 

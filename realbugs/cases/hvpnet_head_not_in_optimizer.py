@@ -9,7 +9,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Reference, Symptom, kit
-from faultbench.realbugs.case import SourceCheck
+from faultbench.realbugs.case import AUDITED_BEFORE
 
 SOURCE = "https://github.com/zjunlp/HVPNeT/issues/5"
 REPORTED = (
@@ -42,15 +42,7 @@ REENACTED_EFFECT = (
     "the head changes by 0 (the twin's by 17 times its size); tag accuracy 0.994 against 1.000"
 )
 OBSERVED = False
-SOURCE_CHECK = SourceCheck(
-    read=(
-        "not read again in issue 51, which checked the cases added in the round before it: this "
-        "case was written for issue 31 from its source, and its label, texts, effect and twin "
-        "were audited in issue 40 (realbugs/README.md, 'What issue 40 fixed')."
-    ),
-    label="not checked: not read again in issue 51 (issue 40's audit kept or changed it).",
-    mechanism="not checked: not read again in issue 51.",
-)
+SOURCE_CHECK = AUDITED_BEFORE  # issue 40's audit; not read again in issue 51
 TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 EPOCHS = 5
 VOCAB, TAGS, LENGTH = 60, 5, 12

@@ -6,7 +6,7 @@ from torch import nn
 
 from faultbench import Monitor
 from faultbench.realbugs import Symptom, kit
-from faultbench.realbugs.case import SourceCheck
+from faultbench.realbugs.case import AUDITED_BEFORE
 
 SOURCE = "https://github.com/Lornatang/SRGAN-PyTorch/issues/1"
 REPORTED = (
@@ -42,15 +42,7 @@ REENACTED_EFFECT = (
     "ends at 0.26 and it validates at 0.916"
 )
 OBSERVED = True
-SOURCE_CHECK = SourceCheck(
-    read=(
-        "not read again in issue 51, which checked the cases added in the round before it: this "
-        "case was written for issue 31 from its source, and its label, texts, effect and twin "
-        "were audited in issue 40 (realbugs/README.md, 'What issue 40 fixed')."
-    ),
-    label="not checked: not read again in issue 51 (issue 40's audit kept or changed it).",
-    mechanism="not checked: not read again in issue 51.",
-)
+SOURCE_CHECK = AUDITED_BEFORE  # issue 40's audit; not read again in issue 51
 TWIN_DEPARTURES: tuple[str, ...] = ()  # the forms differ on the bug's lines only
 # the scheduler's step leaves the batch loop and joins the epoch loop: two places
 BUG_BRANCHES = 2
