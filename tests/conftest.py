@@ -36,17 +36,6 @@ from faultbench.storage.store import Store
 from faultbench.tasks.task import get_task
 from faultbench.training.engine import LocalEngine, SerialEngine
 
-#: The calibrated data (faultbench/faults/levels.csv and rates.csv, faultbench/scoring/
-#: budget.csv) was measured on the training code before issue 51's loaders and the Monitor's
-#: changes, which re-keyed every run; `make calibrate` (levels and rates, then `--what
-#: alarms`) measures it again, the first step of the round's one regeneration, which did not
-#: fit in the session that made the changes. Strict: a test so marked that passes fails the
-#: suite, so the mark goes with the recalibration and can hide nothing after it.
-PENDING_CALIBRATION = pytest.mark.xfail(
-    strict=True,
-    reason="levels, rates and the budget were measured on the training code before this "
-    "round's changes: `make calibrate` measures them again (issue 51)",
-)
 SIGNAL_SEEDS = 3  # the issue asks for each fault's signal over at least 3 seeds
 #: The known faults a classifier's grid holds (a language model's faults apply to sequence
 #: tasks only: tests/test_language_faults.py), and digits' classic conditions.

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PENDING_CALIBRATION
 from faultbench.diagnosers.doctor import STATISTICS
 from faultbench.scoring.budget import (
     ANY_KIND,
@@ -117,7 +116,6 @@ def test_the_budget_is_split_across_every_check_of_the_headline() -> None:
     assert len(set(names)) == len(names) and alarms.share() * len(names) == pytest.approx(BUDGET)
 
 
-@PENDING_CALIBRATION
 def test_the_committed_budget_was_measured_on_this_code_for_every_check() -> None:
     rows = load_budget(BUDGET_FILE)
     assert rows, "no budget: faultbench calibrate --what alarms"

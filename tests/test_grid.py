@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PENDING_CALIBRATION, SIGNAL_SEEDS
+from conftest import SIGNAL_SEEDS
 from faultbench.core.errors import FaultbenchError
 from faultbench.faults.family import load_rates
 from faultbench.faults.fault import (
@@ -179,7 +179,6 @@ def test_effect_is_the_largest_z_of_any_signal(digits_grid) -> None:
 # -- calibration -----------------------------------------------------------------------
 
 
-@PENDING_CALIBRATION
 def test_calibrate_one_variant_writes_levels_that_reread(
     tmp_path: Path, trainer: SerialEngine
 ) -> None:
@@ -265,7 +264,6 @@ def level_runs(shared_store_root: Path, trainer: SerialEngine):
     return [(point, records[spec]) for point, spec in kept.runs]
 
 
-@PENDING_CALIBRATION
 def test_each_digits_level_manifests_on_drawn_bases_and_effect_grows(level_runs) -> None:
     from faultbench.scoring.manifest import manifestation
 
@@ -303,7 +301,6 @@ def test_levels_are_compared_at_two_significant_digits() -> None:
     assert choose_levels(noisy) == choose_levels(exact)  # last digits cannot move a level
 
 
-@PENDING_CALIBRATION
 def test_the_committed_levels_and_rates_were_measured_on_this_code() -> None:
     for task in task_names():
         the_task = get_task(task)

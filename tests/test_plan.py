@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PENDING_CALIBRATION
 from faultbench.faults.fault import FAULTS, HEALTHY
 from faultbench.faults.grid import grid_points
 from faultbench.faults.levels import FIXED, HIDDEN, hidden_on, load_levels
@@ -59,7 +58,6 @@ def digits_severe(shared_store_root: Path, trainer: SerialEngine) -> tuple[Plan,
     return kept, records
 
 
-@PENDING_CALIBRATION
 @pytest.mark.parametrize("name", task_names())
 def test_every_variant_of_the_full_grid_shows_on_most_calibration_bases(name: str) -> None:
     # Each known variant that applies to the task has, measured on this code, either its
