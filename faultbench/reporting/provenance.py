@@ -29,6 +29,7 @@ from faultbench.faults.fault import FAULTS, HEALTHY, condition_names
 from faultbench.faults.levels import LEVELS_FILE
 from faultbench.reporting.report import Grid, fmt, spread
 from faultbench.scoring.evaluate import Report, RunResult
+from faultbench.storage.dataset import MANIFEST, Manifest
 from faultbench.tasks.task import get_task
 
 #: Packages whose versions can change a number in results/.
@@ -334,6 +335,27 @@ def records_summary(grids: Mapping[str, Grid]) -> dict[str, str]:
     }
 
 
+def dataset_summary(folder: Path) -> dict[str, str]:
+    """Where and when the runs dataset shipped in ``folder`` was trained ({}: none there).
+
+    The shipped folder's, whichever dataset the report's store read: it is the same file on
+    every machine, so the lines are too."""
+    if not (folder / MANIFEST).exists():
+        return {}
+    manifest = Manifest.read(folder)
+    runs = sum(e["runs"] for name, e in manifest.files.items() if name.startswith("runs/"))
+    made = manifest.made
+    return {
+        "folder": f"`{folder.name}/` ({manifest.tier} tier, every {manifest.every} steps; "
+        "docs/runs.md)",
+        "runs": str(runs),
+        "training code": manifest.training_code,
+        "trained on": f"{made.get('host', 'unknown')}, processor {made.get('processor', 'unknown')}"
+        f", python {made.get('python', 'unknown')}",
+        "exported (wall-clock)": made.get("when", "unknown"),
+    }
+
+
 def readme(
     command: str,
     files: Sequence[str],
@@ -341,6 +363,7 @@ def readme(
     trained_now: int,
     *,
     revision: str,
+    dataset: Mapping[str, str] | None = None,
 ) -> str:
     """``results/README.md``: the files, how to regenerate them, and their provenance.
 
@@ -350,6 +373,7 @@ def readme(
         grids: The stored runs the tables read.
         trained_now: Runs this report trained.
         revision: The git revision of the code (see :func:`git_revision`).
+        dataset: The shipped runs dataset's provenance (:func:`dataset_summary`).
     """
     now = datetime.now(UTC).isoformat(timespec="seconds")
     lines = [
@@ -391,6 +415,8 @@ def readme(
         f"- runs trained by this report: {trained_now}",
     ]
     lines += [f"- {k}: {v}" for k, v in records_summary(grids).items()]
+    if dataset:
+        lines += ["", "### The runs dataset", ""] + [f"- {k}: {v}" for k, v in dataset.items()]
     lines += ["", "### Machine", ""] + [f"- {k}: {v}" for k, v in machine().items()]
     lines += ["", "### Package versions", ""]
     lines += [f"- {k}: {v}" for k, v in package_versions().items()]

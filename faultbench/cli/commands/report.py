@@ -370,6 +370,7 @@ def generate(
         grids,
         trained,
         revision=revision or provenance.git_revision(out=out),
+        dataset=provenance.dataset_summary(out / "runs"),
     )
     written.append(_write_text(readme, out / "README.md"))
     if whole_board:
