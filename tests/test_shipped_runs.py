@@ -2,8 +2,9 @@
 
 What docs/runs.md promises of the folder in the repository: every file is the one its
 manifest names (SHA-256, rows), the runs table and the traces table join on the run key,
-every task of the board (and the real-bug suite) has its partition, and the whole fits the 25 MB the repository
-gives it. faultbench is imported only for the list of tasks it should hold.
+every task of the board (and the real-bug suite) has its partition, and the whole fits the
+25 MB the repository gives it. faultbench is imported only for the list of tasks it should
+hold, and for results/README.md's lines about the folder.
 """
 
 from __future__ import annotations
