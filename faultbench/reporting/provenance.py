@@ -343,12 +343,11 @@ def dataset_summary(folder: Path) -> dict[str, str]:
     if not (folder / MANIFEST).exists():
         return {}
     manifest = Manifest.read(folder)
-    runs = sum(e["runs"] for name, e in manifest.files.items() if name.startswith("runs/"))
     made = manifest.made
     return {
         "folder": f"`{folder.name}/` ({manifest.tier} tier, every {manifest.every} steps; "
         "docs/runs.md)",
-        "runs": str(runs),
+        "runs": str(manifest.runs),
         "training code": manifest.training_code,
         "trained on": f"{made.get('host', 'unknown')}, processor {made.get('processor', 'unknown')}"
         f", python {made.get('python', 'unknown')}",

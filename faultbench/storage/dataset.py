@@ -64,6 +64,11 @@ class Manifest:
     files: dict[str, dict[str, Any]]  # relative path -> sha256, rows, runs, task
     made: dict[str, str]  # when, host, processor, python: where the runs were exported
 
+    @property
+    def runs(self) -> int:
+        """How many runs its files hold (the runs tables' rows, by the manifest)."""
+        return sum(int(e["runs"]) for path, e in self.files.items() if path.startswith("runs/"))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": self.format,
@@ -194,9 +199,7 @@ class RunsDataset:
     @property
     def runs(self) -> int:
         """How many runs it holds."""
-        return sum(
-            int(e["runs"]) for path, e in self.manifest.files.items() if path.startswith("runs/")
-        )
+        return self.manifest.runs
 
     def check_code(self) -> None:
         """Refuse a dataset made by other training code than the installed one: none of

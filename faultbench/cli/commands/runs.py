@@ -160,9 +160,8 @@ def _export(args: argparse.Namespace) -> int:
     }
     manifest = export(current, out, tier=args.tier, tasks=args.task, made=made)
     size = sum((out / name).stat().st_size for name in manifest.files)
-    runs = sum(e["runs"] for name, e in manifest.files.items() if name.startswith("runs/"))
     print(
-        f"{out}: {runs} runs of {len(manifest.files) // 2} tasks ({args.tier} tier, every="
+        f"{out}: {manifest.runs} runs of {len(manifest.files) // 2} tasks ({args.tier} tier, every="
         f"{manifest.every}), {size / 1e6:.1f} MB, training code {manifest.training_code}, "
         f"in {time.perf_counter() - start:.1f} s"
     )
